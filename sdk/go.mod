@@ -1,0 +1,3 @@
+module github.com/tollgate-dev/tollgate/sdk
+
+go 1.26
