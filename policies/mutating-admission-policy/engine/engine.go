@@ -1,0 +1,208 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	cachingauthorizer "k8s.io/apiserver/pkg/admission/plugin/authorizer"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	sigsjson "sigs.k8s.io/json"
+
+	"github.com/tollgate-dev/tollgate/sdk/protocol"
+)
+
+// Engine is one compiled policy with its binding and parameters. It is safe
+// for concurrent use; build it once per settings value.
+type Engine struct {
+	settings         *Settings
+	evaluator        policyEvaluator
+	params           []paramEntry
+	paramsNamespaced bool
+	namespaces       *namespaceLister
+	authorizer       authorizer.Authorizer
+	types            *typeConverters
+	objects          admission.ObjectInterfaces
+	scheme           *runtime.Scheme
+}
+
+// Result is the outcome of one evaluation.
+type Result struct {
+	// Accepted is false when the request must be rejected.
+	Accepted bool
+	// Object is the mutated object as JSON, nil when the object is unchanged
+	// (or the request was rejected).
+	Object json.RawMessage
+	// Message and Code describe a rejection like the apiserver's status error.
+	Message string
+	Code    int32
+}
+
+// Compile decodes settings (JSON or YAML) and compiles them; see Decode and New.
+func Compile(settings []byte) (*Engine, error) {
+	s, err := Decode(settings)
+	if err != nil {
+		return nil, err
+	}
+	return New(s)
+}
+
+// New compiles every CEL expression of the policy once. A policy the
+// apiserver would refuse to store (a syntax error, a wrong return type, an
+// unknown variable...) is an error wrapping ErrInvalidSettings that names the
+// field, the expression and the CEL error with its position.
+func New(s *Settings) (*Engine, error) {
+	evaluator, errs := compilePolicy(s.Policy)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: MutatingAdmissionPolicy %q: %v", ErrInvalidSettings, s.Policy.Name, errs.ToAggregate())
+	}
+	sch := objectScheme
+	params, namespaced, err := newParams(s.Policy.Spec.ParamKind, s.Params, s.Binding.Spec.ParamRef, sch)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSettings, err)
+	}
+	e := &Engine{
+		settings:         s,
+		evaluator:        evaluator,
+		params:           params,
+		paramsNamespaced: namespaced,
+		namespaces:       newNamespaceLister(s.Namespaces),
+		authorizer:       cachingauthorizer.NewCachingAuthorizer(sandboxAuthorizer{}),
+		types:            newTypeConverters(sch),
+		objects:          admission.NewObjectInterfacesFromScheme(sch),
+		scheme:           sch,
+	}
+	return e, nil
+}
+
+// Settings returns the decoded settings the engine was built from.
+func (e *Engine) Settings() *Settings { return e.settings }
+
+// Evaluate runs the policy on one admission request.
+func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmissionRequest) (*Result, error) {
+	op := admission.Operation(req.Operation)
+	switch op {
+	case admission.Create, admission.Update, admission.Connect:
+	default:
+		// The MutatingAdmissionPolicy plugin does not handle other operations (DELETE).
+		return &Result{Accepted: true}, nil
+	}
+	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
+	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	obj, err := e.decodeObject(req.Object, gvk)
+	if err != nil {
+		return nil, fmt.Errorf("request.object: %w", err)
+	}
+	oldObj, err := e.decodeObject(req.OldObject, gvk)
+	if err != nil {
+		return nil, fmt.Errorf("request.oldObject: %w", err)
+	}
+	var options runtime.Object
+	if !isNull(req.Options) {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(req.Options); err == nil {
+			options = u
+		}
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	userInfo := &user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups, Extra: req.UserInfo.Extra}
+	attr := admission.NewAttributesRecord(obj, oldObj, gvk, req.Namespace, req.Name, gvr, req.SubResource, op, options, dryRun, userInfo)
+
+	var before []byte
+	if obj != nil {
+		if before, err = json.Marshal(obj); err != nil {
+			return nil, fmt.Errorf("request.object: %w", err)
+		}
+	}
+	mutated, se := e.dispatch(ctx, attr)
+	if se != nil {
+		return &Result{Message: se.ErrStatus.Message, Code: se.ErrStatus.Code}, nil
+	}
+	if obj == nil || mutated == nil {
+		return &Result{Accepted: true}, nil
+	}
+	after, err := json.Marshal(mutated)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the mutated object: %w", err)
+	}
+	if bytes.Equal(before, after) {
+		return &Result{Accepted: true}, nil
+	}
+	out, err := pruneNulls(after, req.Object)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Accepted: true, Object: out}, nil
+}
+
+// decodeObject decodes a request object the way the apiserver holds it:
+// typed for the built-in kinds client-go knows, unstructured otherwise.
+func (e *Engine) decodeObject(raw json.RawMessage, gvk schema.GroupVersionKind) (runtime.Object, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	if e.scheme.Recognizes(gvk) {
+		obj, err := e.scheme.New(gvk)
+		if err != nil {
+			return nil, err
+		}
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, obj); err != nil {
+			return nil, err
+		}
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
+		return obj, nil
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return nil, err
+	}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
+}
+
+// pruneNulls removes from the encoded result the keys whose value is null and
+// that the request's object did not have (the zero creationTimestamp of a
+// typed object), so that the host's diff holds only what the policy changed.
+func pruneNulls(result []byte, original json.RawMessage) (json.RawMessage, error) {
+	var r, o any
+	if err := json.Unmarshal(result, &r); err != nil {
+		return nil, err
+	}
+	_ = json.Unmarshal(original, &o)
+	r = prune(r, o)
+	return json.Marshal(r)
+}
+
+func prune(r, o any) any {
+	switch rv := r.(type) {
+	case map[string]any:
+		om, _ := o.(map[string]any)
+		for k, v := range rv {
+			ov, had := om[k]
+			if v == nil && !had {
+				delete(rv, k)
+				continue
+			}
+			rv[k] = prune(v, ov)
+		}
+		return rv
+	case []any:
+		ol, _ := o.([]any)
+		for i := range rv {
+			var ov any
+			if i < len(ol) {
+				ov = ol[i]
+			}
+			rv[i] = prune(rv[i], ov)
+		}
+		return rv
+	default:
+		return r
+	}
+}
