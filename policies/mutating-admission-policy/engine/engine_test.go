@@ -552,3 +552,279 @@ policy:
           }
         ]
 `
+
+// policy returns settings for a policy on Deployments and Pods with the
+// given extra spec fields and mutations; binding and params are appended verbatim.
+func policy(spec string, mutations string, rest string) string {
+	return `
+policy:
+  metadata: {name: p}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: ["", apps, example.com], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods, deployments, widgets, namespaces, configmaps]}
+  reinvocationPolicy: Never
+` + spec + `
+  mutations:` + mutations + "\n" + rest
+}
+
+const setReplicas5 = `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'replace', path: '/spec/replicas', value: 5}]"}`
+
+const failingMutation = `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'remove', path: '/spec/nosuchfield'}]"}`
+
+var replicas5 = deploymentAfter("  replicas: 1\n", "  replicas: 5\n")
+
+func TestFailurePolicy(t *testing.T) {
+	cases := []struct {
+		name     string
+		settings string
+		w        want
+	}{
+		{"Fail rejects a failing mutation", policy("  failurePolicy: Fail", failingMutation, ""),
+			want{reject: "policy 'p' with binding 'p-binding' denied request: JSON Patch: error in remove for path: '/spec/nosuchfield': Unable to remove nonexistent key: nosuchfield: missing value"}},
+		{"default is Fail", policy("", failingMutation, ""), want{reject: "policy 'p' with binding 'p-binding' denied request: JSON Patch"}},
+		{"Ignore drops the error", policy("  failurePolicy: Ignore", failingMutation, ""), want{unchanged: true}},
+		{"later mutations still run, Ignore keeps them", policy("  failurePolicy: Ignore", failingMutation+setReplicas5, ""), want{object: replicas5}},
+		{"later mutations still run, Fail rejects", policy("  failurePolicy: Fail", failingMutation+setReplicas5, ""), want{reject: "JSON Patch: error in remove for path"}},
+		{"matchCondition error goes to Fail", policy("  matchConditions: [{name: boom, expression: \"object.metadata.labels['missing'] == 'x'\"}]", setReplicas5, ""),
+			want{reject: "policy 'p' with binding 'p-binding' denied request: expression 'object.metadata.labels['missing'] == 'x'' resulted in error: no such key: missing"}},
+		{"matchCondition error goes to Ignore", policy("  failurePolicy: Ignore\n  matchConditions: [{name: boom, expression: \"object.metadata.labels['missing'] == 'x'\"}]", setReplicas5, ""),
+			want{unchanged: true}},
+		{"runtime type name mismatch", policy("", `
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{spec: Object.specx{replicas: 2}}"}`, ""), want{reject: "type mismatch"}},
+		{"unknown field rejected for built-in types (apply)", policy("", `
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{spec: Object.spec{replicaz: 2}}"}`, ""), want{reject: "field not declared in schema"}},
+		{"unknown field rejected for built-in types (JSONPatch)", policy("", `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'add', path: '/spec/replicaz', value: 2}]"}`, ""), want{reject: `unknown field "spec.replicaz"`, code: 500}},
+		{"cost limit exceeded", policy("", `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'n': string([1,2,3,4,5,6,7,8,9,10].map(a, [1,2,3,4,5,6,7,8,9,10].map(b, [1,2,3,4,5,6,7,8,9,10].map(c, [1,2,3,4,5,6,7,8,9,10].map(d, [1,2,3,4,5,6,7,8,9,10].map(e, [1,2,3,4,5,6,7,8,9,10].map(f, a*b*c*d*e*f)))))).size())}}]"}`, ""),
+			want{reject: "operation cancelled: actual cost limit exceeded"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			check(t, compile(t, c.settings), req{object: deployment}, c.w)
+		})
+	}
+}
+
+func TestJSONPatchQuirks(t *testing.T) {
+	cases := []struct {
+		name, expr string
+		w          want
+	}{
+		{"replace of a missing map key adds", "[JSONPatch{op: 'replace', path: '/metadata/labels/new', value: 'v'}]",
+			want{object: deploymentAfter("  labels: {app: web}\n", "  labels: {app: web, new: v}\n")}},
+		{"add under a missing parent is an error", "[JSONPatch{op: 'add', path: '/metadata/annotations/a', value: 'v'}]",
+			want{reject: "JSON Patch: add operation does not apply: doc is missing path"}},
+		{"add parent first works", "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {}}, JSONPatch{op: 'add', path: '/metadata/annotations/a', value: 'v'}]",
+			want{object: deploymentAfter("  labels: {app: web}\n", "  labels: {app: web}\n  annotations: {a: v}\n")}},
+		{"replace of /- is an error", "[JSONPatch{op: 'replace', path: '/spec/template/spec/containers/-', value: Object.spec.template.spec.containers{name: 'x', image: 'y'}}]",
+			want{reject: "JSON Patch"}},
+		{"remove of a missing key is an error", "[JSONPatch{op: 'remove', path: '/metadata/labels/missing'}]",
+			want{reject: "JSON Patch: error in remove for path: '/metadata/labels/missing': Unable to remove nonexistent key: missing: missing value"}},
+		{"test that passes applies the rest", "[JSONPatch{op: 'test', path: '/spec/replicas', value: 1}, JSONPatch{op: 'replace', path: '/spec/replicas', value: 5}]",
+			want{object: replicas5}},
+		{"copy and move", "[JSONPatch{op: 'copy', from: '/metadata/labels/app', path: '/metadata/labels/copy'}, JSONPatch{op: 'move', from: '/metadata/labels/copy', path: '/metadata/labels/moved'}]",
+			want{object: deploymentAfter("  labels: {app: web}\n", "  labels: {app: web, moved: web}\n")}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := compile(t, policy("", "\n  - patchType: JSONPatch\n    jsonPatch:\n      expression: \""+strings.ReplaceAll(c.expr, `"`, `\"`)+"\"", ""))
+			check(t, e, req{object: deployment}, c.w)
+		})
+	}
+}
+
+const widget = `
+apiVersion: example.com/v1
+kind: Widget
+metadata: {name: w, namespace: default}
+spec: {size: 1, tags: [a]}
+`
+
+func TestSchemaless(t *testing.T) {
+	// Without a schema (a custom resource), every list is atomic.
+	e := compile(t, policy("", `
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{spec: Object.spec{tags: ['b']}}"}`, ""))
+	check(t, e, req{object: widget}, want{reject: "may not mutate atomic arrays, maps or structs: .spec.tags"})
+	// Maps and scalars merge.
+	e = compile(t, policy("", `
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{spec: Object.spec{size: 2, color: 'red'}}"}`, ""))
+	check(t, e, req{object: widget}, want{object: strings.Replace(widget, "spec: {size: 1, tags: [a]}", "spec: {size: 2, tags: [a], color: red}", 1)})
+	// JSONPatch leaves unknown fields alone on custom resources.
+	e = compile(t, policy("", `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'add', path: '/spec/tags/-', value: 'b'}]"}`, ""))
+	check(t, e, req{object: widget}, want{object: strings.Replace(widget, "tags: [a]", "tags: [a, b]", 1)})
+}
+
+const labelFromRequest = `
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >
+        Object{metadata: Object.metadata{labels: {'user': request.userInfo.username, 'op': request.operation,
+          'ns': namespaceObject == null ? 'none' : namespaceObject.metadata.name,
+          'old': oldObject == null ? 'none' : 'some', 'res': request.resource.resource}}}`
+
+func TestMatching(t *testing.T) {
+	labeled := func(obj string, labels string) string {
+		return strings.Replace(obj, "  labels: {app: web}\n", "  labels: {app: web"+labels+"}\n", 1)
+	}
+	cases := []struct {
+		name     string
+		settings string
+		r        req
+		w        want
+	}{
+		{"request variables", policy("", labelFromRequest, ""), req{object: deployment},
+			want{object: labeled(deploymentAfter(), ", user: alice, op: CREATE, ns: default, old: none, res: deployments")}},
+		{"UPDATE sees oldObject", policy("", labelFromRequest, ""), req{op: "UPDATE", object: deployment, oldObject: deployment},
+			want{object: labeled(deploymentAfter(), ", user: alice, op: UPDATE, ns: default, old: some, res: deployments")}},
+		{"DELETE is never handled", policy("", setReplicas5, ""), req{op: "DELETE", oldObject: deployment}, want{unchanged: true}},
+		{"operation not in rules", policy("", setReplicas5, ""), req{op: "CONNECT", object: deployment}, want{unchanged: true}},
+		{"resource not in rules", strings.Replace(policy("", setReplicas5, ""), "resources: [pods, deployments, widgets, namespaces, configmaps]", "resources: [pods]", 1), req{object: deployment}, want{unchanged: true}},
+		{"exclude wins over include", strings.Replace(policy("", setReplicas5, ""), "  reinvocationPolicy: Never\n",
+			"    excludeResourceRules: [{apiGroups: [apps], apiVersions: ['*'], operations: ['*'], resources: ['*']}]\n  reinvocationPolicy: Never\n", 1), req{object: deployment}, want{unchanged: true}},
+		{"resourceNames", strings.Replace(policy("", setReplicas5, ""), "resources: [pods, deployments, widgets, namespaces, configmaps]}", "resources: [deployments], resourceNames: [other]}", 1), req{object: deployment}, want{unchanged: true}},
+		{"objectSelector no match", strings.Replace(policy("", setReplicas5, ""), "  reinvocationPolicy: Never\n", "    objectSelector: {matchLabels: {app: db}}\n  reinvocationPolicy: Never\n", 1), req{object: deployment}, want{unchanged: true}},
+		{"objectSelector matches new", strings.Replace(policy("", setReplicas5, ""), "  reinvocationPolicy: Never\n", "    objectSelector: {matchLabels: {app: web}}\n  reinvocationPolicy: Never\n", 1), req{object: deployment}, want{object: replicas5}},
+		{"objectSelector matches the old object only", strings.Replace(policy("", setReplicas5, ""), "  reinvocationPolicy: Never\n", "    objectSelector: {matchLabels: {app: old}}\n  reinvocationPolicy: Never\n", 1),
+			req{op: "UPDATE", object: deployment, oldObject: strings.Replace(deployment, "  labels: {app: web}\n", "  labels: {app: old}\n", 1)}, want{object: replicas5}},
+		{"namespaceSelector by metadata.name label", strings.Replace(policy("", setReplicas5, ""), "  reinvocationPolicy: Never\n", "    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: default}}\n  reinvocationPolicy: Never\n", 1), req{object: deployment}, want{object: replicas5}},
+		{"namespaceSelector from settings namespaces", strings.Replace(policy("", setReplicas5, "namespaces: [{metadata: {name: default, labels: {env: prod}}}]"), "  reinvocationPolicy: Never\n", "    namespaceSelector: {matchLabels: {env: test}}\n  reinvocationPolicy: Never\n", 1), req{object: deployment}, want{unchanged: true}},
+		{"namespaceSelector on a Namespace object uses its own labels", strings.Replace(policy("", `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'add', path: '/metadata/labels/seen', value: 'yes'}]"}`, ""), "  reinvocationPolicy: Never\n", "    namespaceSelector: {matchLabels: {team: a}}\n  reinvocationPolicy: Never\n", 1),
+			req{object: "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {team: a}}\n"},
+			want{object: "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {team: a, seen: \"yes\"}}\nspec: {}\nstatus: {}\n"}},
+		{"namespaceSelector passes cluster-scoped objects", strings.Replace(policy("", setReplicas5, ""), "  reinvocationPolicy: Never\n", "    namespaceSelector: {matchLabels: {env: none}}\n  reinvocationPolicy: Never\n", 1),
+			req{object: strings.Replace(deployment, "  namespace: default\n", "", 1), namespace: ""}, want{object: strings.Replace(replicas5, "  namespace: default\n", "", 1)}},
+		{"binding matchResources narrows", policy("", setReplicas5, "binding: {matchResources: {objectSelector: {matchLabels: {app: other}}}}"), req{object: deployment}, want{unchanged: true}},
+		{"binding matchResources without rules matches all", policy("", setReplicas5, "binding: {matchResources: {objectSelector: {matchLabels: {app: web}}}}"), req{object: deployment}, want{object: replicas5}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			check(t, compile(t, c.settings), c.r, c.w)
+		})
+	}
+}
+
+func TestParams(t *testing.T) {
+	const setFromParams = `
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{metadata: Object.metadata{labels: {params.metadata.name: params.data.v}}}"}`
+	const ps = `params:
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: default, labels: {pick: "yes"}}, data: {v: "1"}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: b, namespace: default, labels: {pick: "yes"}}, data: {v: "2"}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: other, labels: {pick: "yes"}}, data: {v: "3"}}
+- {apiVersion: v1, kind: Secret, metadata: {name: a, namespace: default}}`
+	spec := "  paramKind: {apiVersion: v1, kind: ConfigMap}"
+	labeled := func(labels string) string {
+		return deploymentAfter("  labels: {app: web}\n", "  labels: {app: web"+labels+"}\n")
+	}
+	cases := []struct {
+		name, binding string
+		w             want
+	}{
+		{"by name in the request namespace", "binding: {paramRef: {name: a}}\n" + ps, want{object: labeled(", a: \"1\"")}},
+		{"by name in another namespace", "binding: {paramRef: {name: c, namespace: other}}\n" + ps, want{object: labeled(", c: \"3\"")}},
+		{"selector gives one invocation per param", "binding: {paramRef: {selector: {matchLabels: {pick: \"yes\"}}}}\n" + ps, want{object: labeled(", a: \"1\", b: \"2\"")}},
+		{"not found, Deny", "binding: {paramRef: {name: zz, parameterNotFoundAction: Deny}}\n" + ps,
+			want{reject: "policy 'p' with binding 'p-binding' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"}},
+		{"not found defaults to Deny", "binding: {paramRef: {name: zz}}\n" + ps, want{reject: "no params found"}},
+		{"not found, Allow", "binding: {paramRef: {name: zz, parameterNotFoundAction: Allow}}\n" + ps, want{unchanged: true}},
+		{"not found, Deny, failurePolicy Ignore", "binding: {paramRef: {name: zz}}\n" + ps, want{unchanged: true}},
+		{"no paramRef: params is null", "binding: {}\n" + ps, want{reject: "no such key: v"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sp := spec
+			if strings.Contains(c.name, "Ignore") {
+				sp += "\n  failurePolicy: Ignore"
+			}
+			mut := setFromParams
+			if strings.Contains(c.name, "no paramRef") {
+				mut = `
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{metadata: Object.metadata{labels: {'p': params == null ? 'null' : params.data.v}}}"}`
+				c.w = want{object: labeled(", p: \"null\"")}
+			}
+			check(t, compile(t, policy(sp, mut, c.binding)), req{object: deployment}, c.w)
+		})
+	}
+	t.Run("namespaced params on a cluster-scoped request", func(t *testing.T) {
+		e := compile(t, policy(spec, setFromParams, "binding: {paramRef: {name: a}}\n"+ps))
+		check(t, e, req{object: "apiVersion: v1\nkind: Namespace\nmetadata: {name: n1}\n"},
+			want{reject: "failed to configure binding: cannot use namespaced paramRef in policy binding that matches cluster-scoped resources"})
+	})
+}
+
+func TestVariables(t *testing.T) {
+	e := compile(t, policy(`  variables:
+  - {name: base, expression: "object.spec.replicas"}
+  - {name: doubled, expression: "variables.base * 2"}
+  - {name: unused, expression: "1 / 0"}`, `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'replace', path: '/spec/replicas', value: variables.doubled + variables.base}]"}`, ""))
+	// unused divides by zero: variables are lazy, so it is never evaluated.
+	check(t, e, req{object: deployment}, want{object: deploymentAfter("  replicas: 1\n", "  replicas: 3\n")})
+}
+
+func TestMutationsChain(t *testing.T) {
+	// Each mutation sees the output of the previous one.
+	e := compile(t, policy("", setReplicas5+`
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'replace', path: '/spec/replicas', value: object.spec.replicas * 2}]"}
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{metadata: Object.metadata{labels: {'r': string(object.spec.replicas)}}}"}`, ""))
+	check(t, e, req{object: deployment}, want{object: deploymentAfter("  labels: {app: web}\n", "  labels: {app: web, r: \"10\"}\n", "  replicas: 1\n", "  replicas: 10\n")})
+}
+
+func TestLibraries(t *testing.T) {
+	exprs := map[string]string{
+		"url":        "url('https://example.com:80/x').getHost()",
+		"regex":      "'abc'.find('[b-c]+')",
+		"lists":      "[3,1,2].sort().map(x, string(x)).join(',')",
+		"optional":   "object.metadata.?annotations['x'].orValue('none')",
+		"quantity":   "string(quantity('1Gi').isGreaterThan(quantity('1Mi')))",
+		"strings":    "'A,B'.lowerAscii().split(',').join('-')",
+		"sets":       "string(sets.contains([1,2,3], [2]))",
+		"ip":         "string(ip('10.0.0.1').family())",
+		"cidr":       "string(cidr('10.0.0.0/8').containsIP(ip('10.1.2.3')))",
+		"format":     "'%s-%d'.format(['a', 1])",
+		"semver":     "string(semver('1.2.3').isLessThan(semver('1.10.0')))",
+		"twovarcomp": "string({'a': 1}.all(k, v, v > 0))",
+		"escapeKey":  "jsonpatch.escapeKey('a/b~c')",
+	}
+	wants := map[string]string{
+		"url": "example.com:80", "regex": "bc", "lists": "1,2,3", "optional": "none", "quantity": "true",
+		"strings": "a-b", "sets": "true", "ip": "4", "cidr": "true", "format": "a-1", "semver": "true", "twovarcomp": "true",
+		"escapeKey": "a~1b~0c",
+	}
+	for name, expr := range exprs {
+		t.Run(name, func(t *testing.T) {
+			e := compile(t, policy("", `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'r': `+strings.ReplaceAll(expr, `"`, `\"`)+`}}]"}`, ""))
+			check(t, e, req{object: deployment}, want{object: deploymentAfter("  labels: {app: web}\n", "  labels: {app: web}\n  annotations: {r: "+jsonQuote(wants[name])+"}\n")})
+		})
+	}
+}
+
+func jsonQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func TestAuthorizer(t *testing.T) {
+	e := compile(t, policy("", `
+  - patchType: JSONPatch
+    jsonPatch: {expression: "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'allowed': string(authorizer.group('apps').resource('deployments').namespace('default').check('delete').allowed())}}]"}`, ""))
+	check(t, e, req{object: deployment}, want{object: deploymentAfter("  labels: {app: web}\n", "  labels: {app: web}\n  annotations: {allowed: \"false\"}\n")})
+}

@@ -111,15 +111,14 @@ func (l *namespaceLister) Get(name string) (*corev1.Namespace, error) {
 
 // typeConverters gives the structured-merge type converter of a kind: the
 // compiled-in schemas of client-go for the built-in types; for any other kind
-// a deduced one, for which every list is atomic.
+// a schemaless one, for which every list is atomic.
 type typeConverters struct {
-	static  managedfields.TypeConverter
-	deduced managedfields.TypeConverter
-	known   sync.Map // schema.GroupVersionKind -> bool
+	static managedfields.TypeConverter
+	known  sync.Map // schema.GroupVersionKind -> bool
 }
 
 func newTypeConverters(sch *runtime.Scheme) *typeConverters {
-	return &typeConverters{static: applyconfigurations.NewTypeConverter(sch), deduced: managedfields.NewDeducedTypeConverter()}
+	return &typeConverters{static: applyconfigurations.NewTypeConverter(sch)}
 }
 
 func (t *typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
@@ -134,7 +133,7 @@ func (t *typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfi
 	if known.(bool) {
 		return t.static
 	}
-	return t.deduced
+	return &schemalessConverter{}
 }
 
 func (t *typeConverters) Run(context.Context) {}
