@@ -65,6 +65,10 @@ func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	return &Host{engine: e, logger: logger}, nil
 }
 
+// Modules is how many distinct compiled modules the host holds (policies
+// sharing a module digest and memory limit share one).
+func (h *Host) Modules() int { return h.engine.Modules() }
+
 // CacheDir is the compilation cache in use ("" when disabled).
 func (h *Host) CacheDir() string { return h.engine.CacheDir() }
 
