@@ -95,6 +95,7 @@ func validate(payload []byte) ([]byte, error) {
 	logger.Debug("checked images", "uid", req.UID, "kind", req.Kind.Kind, "containers", count, "rejected", len(rejected))
 
 	if len(rejected) > 0 {
+		logger.Info("rejected images", "uid", req.UID, "kind", req.Kind.Kind, "name", req.Name, "namespace", req.Namespace, "images", len(rejected))
 		msg := fmt.Sprintf("images from registries that are not allowed: %s (allowed: %s)",
 			strings.Join(rejected, "; "), strings.Join(settings.AllowedRegistries, ", "))
 		return kubewarden.RejectRequest(kubewarden.Message(msg), 403,

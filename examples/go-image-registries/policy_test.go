@@ -83,8 +83,13 @@ func TestValidate(t *testing.T) {
 			if !r.Accepted && tt.wantCode == 403 && r.AuditAnnotations[RejectedImagesAnnotation] == "" {
 				t.Errorf("no %s audit annotation: %v", RejectedImagesAnnotation, r.AuditAnnotations)
 			}
-			for _, l := range h.Logs() {
-				t.Errorf("unexpected log at the info level: %s", l.Raw)
+			logs := h.Logs()
+			if tt.wantCode == 403 {
+				if len(logs) != 1 || logs[0].Level != "info" || logs[0].Message != "rejected images" || logs[0].Fields["uid"] == "" {
+					t.Errorf("logs = %+v, want one info record about the rejection", logs)
+				}
+			} else if len(logs) != 0 {
+				t.Errorf("unexpected logs at the info level: %+v", logs)
 			}
 		})
 	}
