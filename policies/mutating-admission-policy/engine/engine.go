@@ -166,9 +166,11 @@ func (e *Engine) decodeObject(raw json.RawMessage, gvk schema.GroupVersionKind) 
 	return u, nil
 }
 
-// pruneNulls removes from the encoded result the keys whose value is null and
-// that the request's object did not have (the zero creationTimestamp of a
-// typed object), so that the host's diff holds only what the policy changed.
+// pruneNulls makes null-valued keys of the result agree with the request's
+// object: a null key the object did not have is dropped, and a null key the
+// object had (creationTimestamp: null, as the apiserver sends it) is kept even
+// when the typed encoding omits it, so that the host's diff holds only what
+// the policy changed.
 func pruneNulls(result []byte, original json.RawMessage) (json.RawMessage, error) {
 	var r, o any
 	if err := json.Unmarshal(result, &r); err != nil {
@@ -183,6 +185,11 @@ func prune(r, o any) any {
 	switch rv := r.(type) {
 	case map[string]any:
 		om, _ := o.(map[string]any)
+		for k, ov := range om {
+			if _, has := rv[k]; !has && ov == nil {
+				rv[k] = nil
+			}
+		}
 		for k, v := range rv {
 			ov, had := om[k]
 			if v == nil && !had {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/client-go/applyconfigurations"
 )
 
 // What a cluster would supply to the apiserver's dispatcher, answered from
@@ -113,15 +112,26 @@ func (l *namespaceLister) Get(name string) (*corev1.Namespace, error) {
 // compiled-in schemas of client-go for the built-in types; for any other kind
 // a schemaless one, for which every list is atomic.
 type typeConverters struct {
+	scheme *runtime.Scheme
 	static managedfields.TypeConverter
 	known  sync.Map // schema.GroupVersionKind -> bool
 }
 
 func newTypeConverters(sch *runtime.Scheme) *typeConverters {
-	return &typeConverters{static: applyconfigurations.NewTypeConverter(sch)}
+	return &typeConverters{scheme: sch}
 }
 
+// GetTypeConverter returns nil when the built-in schema cannot be decoded
+// (the patcher then reports an error), which cannot happen with a module
+// that passed its tests.
 func (t *typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
+	if t.static == nil {
+		tc, err := builtinTypeConverter(t.scheme)
+		if err != nil {
+			return nil
+		}
+		t.static = tc
+	}
 	known, ok := t.known.Load(gvk)
 	if !ok {
 		stub := &unstructured.Unstructured{}
