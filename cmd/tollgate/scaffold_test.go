@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func scaffold(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newScaffoldCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+const scaffoldDir = "testdata/scaffold-map"
+
+func TestScaffoldMAPPoliciesYML(t *testing.T) {
+	out, err := scaffold(t, "map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "--params", filepath.Join(scaffoldDir, "params.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]struct {
+		Module          string         `json:"module"`
+		AllowedToMutate bool           `json:"allowedToMutate"`
+		Settings        map[string]any `json:"settings"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	e, ok := got["sidecar-policy-example-com"]
+	if !ok || len(got) != 1 {
+		t.Fatalf("want one entry sidecar-policy-example-com, got\n%s", out)
+	}
+	if e.Module != "builtin://mutating-admission-policy" || !e.AllowedToMutate {
+		t.Fatalf("entry %+v", e)
+	}
+	pol := e.Settings["policy"].(map[string]any)
+	if pol["apiVersion"] != "admissionregistration.k8s.io/v1beta1" || pol["kind"] != "MutatingAdmissionPolicy" {
+		t.Fatalf("policy %v", pol)
+	}
+	if _, ok := pol["metadata"].(map[string]any)["resourceVersion"]; ok {
+		t.Fatal("resourceVersion kept")
+	}
+	expr := pol["spec"].(map[string]any)["mutations"].([]any)[0].(map[string]any)["jsonPatch"].(map[string]any)["expression"].(string)
+	if !strings.Contains(expr, "params.data.image") {
+		t.Fatalf("expression %q", expr)
+	}
+	if b := e.Settings["binding"].(map[string]any); b["kind"] != "MutatingAdmissionPolicyBinding" {
+		t.Fatalf("binding %v", b)
+	}
+	params := e.Settings["params"].([]any)
+	if len(params) != 1 || params[0].(map[string]any)["kind"] != "ConfigMap" {
+		t.Fatalf("params %v", params)
+	}
+}
+
+func TestScaffoldMAPClusterAdmissionPolicy(t *testing.T) {
+	out, err := scaffold(t, "map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "-o", "clusteradmissionpolicy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cap struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct{ Name string }
+		Spec       struct {
+			Module        string           `json:"module"`
+			Mutating      bool             `json:"mutating"`
+			FailurePolicy string           `json:"failurePolicy"`
+			Rules         []map[string]any `json:"rules"`
+			Settings      map[string]any   `json:"settings"`
+		}
+	}
+	if err := yaml.Unmarshal([]byte(out), &cap); err != nil {
+		t.Fatal(err)
+	}
+	if cap.APIVersion != "policies.kubewarden.io/v1" || cap.Kind != "ClusterAdmissionPolicy" || cap.Metadata.Name != "sidecar-policy-example-com" {
+		t.Fatalf("header %+v", cap)
+	}
+	if !cap.Spec.Mutating || cap.Spec.FailurePolicy != "Ignore" || len(cap.Spec.Rules) != 1 || cap.Spec.Rules[0]["resources"].([]any)[0] != "pods" {
+		t.Fatalf("spec %+v", cap.Spec)
+	}
+	if _, ok := cap.Spec.Settings["params"]; ok {
+		t.Fatal("params without --params")
+	}
+}
+
+func TestScaffoldMAPErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no policy flag", []string{"map"}, `required flag(s) "policy" not set`},
+		{"missing file", []string{"map", "-p", filepath.Join(dir, "nope.yaml")}, "no such file"},
+		{"wrong kind", []string{"map", "-p", write("vap.yaml", "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata: {name: x}\nspec: {}\n")}, `kind "ValidatingAdmissionPolicy"`},
+		{"binding only", []string{"map", "-p", write("b.yaml", "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: x}\n")}, "no MutatingAdmissionPolicy"},
+		{"binding for another policy", []string{"map", "-p", write("p.yaml", "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\nmetadata: {name: p}\nspec: {}\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: q}\n")}, `binds policy "q", not "p"`},
+		{"bad output", []string{"map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "-o", "json"}, "unknown output format"},
+		{"binding twice", []string{"map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "-b", filepath.Join(scaffoldDir, "policy.yaml")}, "already holds a binding"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := scaffold(t, c.args...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
