@@ -1,0 +1,14 @@
+// Package mapdiff is the differential suite of the built-in
+// mutating-admission-policy module: every case runs through Kubernetes' own
+// MutatingAdmissionPolicy admission plugin (k8s.io/apiserver v0.36.6: its
+// policy source and informers, generic dispatcher, matcher, parameter
+// selection, mutating dispatcher and patchers, with the type converters made
+// from the OpenAPI v3 documents of a real apiserver in client-go's
+// openapitest) and through the Wasm module loaded by tollgate's host, and the
+// outcomes must be equal byte for byte after normalization (JSON re-encoded
+// with sorted keys, without null-valued keys and without the top-level
+// apiVersion and kind, which the apiserver's typed objects lose in conversions).
+//
+// The module is policies/mutating-admission-policy/policy.wasm, built by
+// `make policies`; the suite fails (it does not skip) when it is missing.
+package mapdiff

@@ -1,0 +1,192 @@
+package mapdiff_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/sdk/protocol"
+)
+
+const modulePath = "../../policies/mutating-admission-policy/policy.wasm"
+
+// loadModule reads the built module, failing with how to build it.
+func loadModule(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile(modulePath)
+	if err != nil {
+		abs, _ := filepath.Abs(modulePath)
+		t.Fatalf("the mutating-admission-policy module is not built (%v): run `make policies` (or scripts/build-policies.sh policies/mutating-admission-policy) to build %s", err, abs)
+	}
+	return b
+}
+
+// request is one admission request of a case.
+type request struct {
+	name, namespace, operation, username string
+	kind                                 protocol.GroupVersionKind
+	resource                             protocol.GroupVersionResource
+	object, oldObject                    json.RawMessage
+}
+
+var kinds = map[string][3]string{
+	"Pod":        {"", "v1", "pods"},
+	"ConfigMap":  {"", "v1", "configmaps"},
+	"Namespace":  {"", "v1", "namespaces"},
+	"Service":    {"", "v1", "services"},
+	"Deployment": {"apps", "v1", "deployments"},
+	"Job":        {"batch", "v1", "jobs"},
+	"Widget":     {"example.com", "v1", "widgets"},
+}
+
+// newRequest builds a request from "OP object-yaml [old-object-yaml]".
+func newRequest(t *testing.T, op, object, oldObject string) *request {
+	t.Helper()
+	toJSON := func(y string) json.RawMessage {
+		if strings.TrimSpace(y) == "" {
+			return nil
+		}
+		j, err := yaml.YAMLToJSON([]byte(y))
+		if err != nil {
+			t.Fatalf("bad YAML: %v\n%s", err, y)
+		}
+		return j
+	}
+	r := &request{operation: op, username: "alice", object: toJSON(object), oldObject: toJSON(oldObject)}
+	src := r.object
+	if src == nil {
+		src = r.oldObject
+	}
+	var hdr struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(src, &hdr); err != nil {
+		t.Fatal(err)
+	}
+	k, ok := kinds[hdr.Kind]
+	if !ok {
+		t.Fatalf("kind %q not in the table", hdr.Kind)
+	}
+	r.kind = protocol.GroupVersionKind{Group: k[0], Version: k[1], Kind: hdr.Kind}
+	r.resource = protocol.GroupVersionResource{Group: k[0], Version: k[1], Resource: k[2]}
+	r.name, r.namespace = hdr.Metadata.Name, hdr.Metadata.Namespace
+	return r
+}
+
+func (r *request) admissionRequest(t *testing.T) []byte {
+	b, err := json.Marshal(protocol.KubernetesAdmissionRequest{
+		UID: "00000000-0000-0000-0000-000000000001", Kind: r.kind, Resource: r.resource,
+		Name: r.name, Namespace: r.namespace, Operation: r.operation,
+		UserInfo: protocol.UserInfo{Username: r.username, Groups: []string{"system:authenticated"}},
+		Object:   r.object, OldObject: r.oldObject,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// wasmOutcome runs a request through the module via the host.
+func wasmOutcome(t *testing.T, p *policy.Policy, r *request) outcome {
+	t.Helper()
+	res, err := p.Validate(context.Background(), r.admissionRequest(t))
+	if err != nil {
+		t.Fatalf("host: %v", err)
+	}
+	resp := res.Response
+	if !resp.Accepted {
+		o := outcome{Rejected: true}
+		if resp.Message != nil {
+			o.Message = *resp.Message
+		}
+		if resp.Code != nil {
+			o.Code = int32(*resp.Code)
+		}
+		return o
+	}
+	if len(resp.MutatedObject) == 0 {
+		if res.Patch != nil {
+			t.Fatalf("a patch without a mutated object: %s", res.Patch)
+		}
+		return outcome{}
+	}
+	return outcome{Object: normalize(t, resp.MutatedObject)}
+}
+
+func TestDifferential(t *testing.T) {
+	module := loadModule(t)
+	ctx := context.Background()
+	host, err := policy.NewHost(ctx, policy.HostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close(ctx)
+
+	total, mutated, rejected := 0, 0, 0
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var reqs []*request
+			var namespaces []string
+			for _, rq := range c.requests {
+				r := newRequest(t, rq.op, rq.object, rq.oldObject)
+				reqs = append(reqs, r)
+				namespaces = append(namespaces, r.namespace)
+			}
+			ref := newReference(t, c.settings, namespaces)
+			settings, err := yaml.YAMLToJSON([]byte(c.settings))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := host.Load(ctx, policy.Spec{ID: c.name, Module: module, Settings: settings, Timeout: 30 * time.Second, PoolSize: 1})
+			if err != nil {
+				t.Fatalf("loading the module with the case's settings: %v", err)
+			}
+			defer p.Close(ctx)
+			for i, r := range reqs {
+				name := c.requests[i].name
+				if name == "" {
+					name = r.operation + " " + r.kind.Kind
+				}
+				t.Run(name, func(t *testing.T) {
+					want := ref.evaluate(t, r)
+					got := wasmOutcome(t, p, r)
+					if got != want {
+						t.Fatalf("the module and Kubernetes differ\nKubernetes:\n%s\nmodule:\n%s", want, got)
+					}
+					plain := want.Message + want.Object
+					if want.Rejected {
+						plain = "rejected " + plain
+					}
+					if c.requests[i].expect != "" && !strings.Contains(plain, c.requests[i].expect) {
+						t.Fatalf("the outcome does not contain %q (the case does not test what it says):\n%s", c.requests[i].expect, want)
+					}
+					total++
+					if want.Object != "" {
+						mutated++
+					}
+					if want.Rejected {
+						rejected++
+					}
+				})
+			}
+		})
+	}
+	t.Logf("%d requests compared: %d mutated, %d rejected, %d unchanged", total, mutated, rejected, total-mutated-rejected)
+	if total < 60 && !t.Failed() && !testing.Short() {
+		t.Fatalf("only %d requests compared, the suite must compare at least 60", total)
+	}
+}
+
+var _ = errors.New
