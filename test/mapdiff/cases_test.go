@@ -261,7 +261,7 @@ policy:
 		{name: "other configmap", op: "CREATE", object: with(configMap, "name: cfg", "name: cfg2"), expect: `"seen":"yes"`},
 		{op: "CONNECT", object: pod, expect: `"seen":"yes"`},
 	}},
-	{"objectSelector", mkPolicy("objsel", "", apply(`Object{metadata: Object.metadata{labels: {"seen": "yes"}}}`))+`
+	{"objectSelector", mkPolicy("objsel", "", apply(`Object{metadata: Object.metadata{labels: {"seen": "yes"}}}`)) + `
 binding:
   matchResources:
     objectSelector: {matchExpressions: [{key: app, operator: In, values: [web, old]}]}
@@ -270,7 +270,7 @@ binding:
 		{op: "CREATE", object: deployment},
 		{name: "old object matches", op: "UPDATE", object: with(pod, "app: web", "app: new"), oldObject: with(pod, "app: web", "app: old"), expect: `"seen":"yes"`},
 	}},
-	{"namespaceSelector", mkPolicy("nssel", "", apply(`Object{metadata: Object.metadata{labels: {"seen": "yes"}}}`))+`
+	{"namespaceSelector", mkPolicy("nssel", "", apply(`Object{metadata: Object.metadata{labels: {"seen": "yes"}}}`)) + `
 binding:
   matchResources:
     namespaceSelector: {matchLabels: {env: prod}}
