@@ -1,0 +1,33 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+)
+
+// FuzzDecode: bad settings are errors wrapping ErrInvalidSettings, never a panic.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		sidecarApply, sidecarJSONPatch, policyWith(setReplicas5),
+		`{}`, `null`, `[]`, `{"policy": null}`, `{"policy": []}`, `{"policy": {"spec": 1}}`,
+		`{"policy": {"mutations": [{"patchType": "JSONPatch"}]}}`,
+		`{"policy": {"matchConstraints": {"resourceRules": [{}]}, "reinvocationPolicy": "Never", "mutations": []}, "params": [null]}`,
+		`{"policy": {"kind": "MutatingAdmissionPolicy", "apiVersion": "admissionregistration.k8s.io/v1alpha1", "spec": {}}, "binding": {"paramRef": {}}}`,
+		`{"policy": {}, "namespaces": [{"metadata": {}}]}`,
+		"policy:\n  matchConstraints: {namespaceSelector: {matchExpressions: [{key: a, operator: Bad}]}}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Decode(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidSettings) {
+				t.Fatalf("error does not wrap ErrInvalidSettings: %v", err)
+			}
+			return
+		}
+		if s.Policy == nil || s.Binding == nil || s.Policy.Spec.FailurePolicy == nil || len(s.Policy.Spec.Mutations) == 0 {
+			t.Fatalf("accepted settings without a complete policy: %+v", s)
+		}
+	})
+}
