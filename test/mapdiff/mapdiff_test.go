@@ -49,7 +49,7 @@ var kinds = map[string][3]string{
 }
 
 // newRequest builds a request from "OP object-yaml [old-object-yaml]".
-func newRequest(t *testing.T, op, object, oldObject string) *request {
+func newRequest(t testing.TB, op, object, oldObject string) *request {
 	t.Helper()
 	toJSON := func(y string) json.RawMessage {
 		if strings.TrimSpace(y) == "" {
@@ -86,7 +86,7 @@ func newRequest(t *testing.T, op, object, oldObject string) *request {
 	return r
 }
 
-func (r *request) admissionRequest(t *testing.T) []byte {
+func (r *request) admissionRequest(t testing.TB) []byte {
 	b, err := json.Marshal(protocol.KubernetesAdmissionRequest{
 		UID: "00000000-0000-0000-0000-000000000001", Kind: r.kind, Resource: r.resource,
 		Name: r.name, Namespace: r.namespace, Operation: r.operation,

@@ -151,7 +151,7 @@ type refSettings struct {
 	namespaced bool
 }
 
-func decodeInto(t *testing.T, raw any, out any, kind string) {
+func decodeInto(t testing.TB, raw any, out any, kind string) {
 	t.Helper()
 	b, err := json.Marshal(raw)
 	if err != nil {
@@ -197,7 +197,7 @@ func defaultMatchResources(m *admissionregistrationv1.MatchResources) {
 	}
 }
 
-func decodeRefSettings(t *testing.T, settingsYAML string) *refSettings {
+func decodeRefSettings(t testing.TB, settingsYAML string) *refSettings {
 	t.Helper()
 	var raw struct {
 		Policy     any   `json:"policy"`
@@ -276,7 +276,7 @@ func init() {
 	klog.SetOutput(io.Discard)
 }
 
-func newReference(t *testing.T, settingsYAML string, requestNamespaces []string) *reference {
+func newReference(t testing.TB, settingsYAML string, requestNamespaces []string) *reference {
 	t.Helper()
 	s := decodeRefSettings(t, settingsYAML)
 	// Namespaces are added through the test context's REST mapper.
@@ -343,7 +343,7 @@ func newReference(t *testing.T, settingsYAML string, requestNamespaces []string)
 }
 
 // evaluate runs one request through the plugin.
-func (r *reference) evaluate(t *testing.T, rq *request) outcome {
+func (r *reference) evaluate(t testing.TB, rq *request) outcome {
 	t.Helper()
 	gvk := schema.GroupVersionKind{Group: rq.kind.Group, Version: rq.kind.Version, Kind: rq.kind.Kind}
 	gvr := schema.GroupVersionResource{Group: rq.resource.Group, Version: rq.resource.Version, Resource: rq.resource.Resource}
@@ -411,7 +411,7 @@ func (o outcome) String() string {
 // normalize re-encodes JSON with sorted keys, without null-valued keys and
 // without the top-level apiVersion and kind (the apiserver's typed objects
 // leave them empty after a conversion; a webhook's answer keeps them).
-func normalize(t *testing.T, b []byte) string {
+func normalize(t testing.TB, b []byte) string {
 	t.Helper()
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {

@@ -1,0 +1,179 @@
+package mapdiff_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	wapc "github.com/wapc/wapc-go"
+	wapcwazero "github.com/wapc/wapc-go/engines/wazero"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/host/policy"
+)
+
+// The benchmark cases of docs/benchmarks.md: (a) a label-adding apply
+// configuration and (b) the sidecar injection, on a Pod CREATE.
+var benchCases = []struct{ name, settings string }{
+	{"label-apply", mkPolicy("label", "", apply(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`))},
+	{"sidecar", cases[2].settings},
+}
+
+// reportPercentiles reports the median and p99 of the iterations.
+func reportPercentiles(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	b.ReportMetric(float64(d[len(d)/2].Microseconds()), "p50-us")
+	b.ReportMetric(float64(d[len(d)*99/100].Microseconds()), "p99-us")
+}
+
+// BenchmarkMAPEvaluate compares one evaluation through the Wasm module via
+// the host (request encoding, guest call, response decoding, JSONPatch diff)
+// with Kubernetes' own plugin evaluating the same request natively.
+func BenchmarkMAPEvaluate(b *testing.B) {
+	module := loadModule(b)
+	ctx := context.Background()
+	for _, bc := range benchCases {
+		r := newRequest(b, "CREATE", pod, "")
+		b.Run(bc.name+"/wasm", func(b *testing.B) {
+			h, err := policy.NewHost(ctx, policy.HostOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer h.Close(ctx)
+			settings, _ := yaml.YAMLToJSON([]byte(bc.settings))
+			p, err := h.Load(ctx, policy.Spec{ID: bc.name, Module: module, Settings: settings, PoolSize: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close(ctx)
+			req := r.admissionRequest(b)
+			if res, err := p.Validate(ctx, req); err != nil || res.Patch == nil {
+				b.Fatalf("warm-up: %v (patch %s)", err, res.Patch)
+			}
+			d := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				if _, err := p.Validate(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+				d = append(d, time.Since(start))
+			}
+			b.StopTimer()
+			reportPercentiles(b, d)
+		})
+		b.Run(bc.name+"/native", func(b *testing.B) {
+			ref := newReference(b, bc.settings, []string{r.namespace})
+			if o := ref.evaluate(b, r); o.Object == "" {
+				b.Fatalf("warm-up: %s", o)
+			}
+			d := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				ref.evaluate(b, r)
+				d = append(d, time.Since(start))
+			}
+			b.StopTimer()
+			reportPercentiles(b, d)
+		})
+	}
+}
+
+// BenchmarkMAPLoad measures loading the module as a policy (compile or read
+// the compilation cache, instantiate, validate_settings compiling the CEL),
+// from a warm compilation cache and from an empty one.
+func BenchmarkMAPLoad(b *testing.B) {
+	module := loadModule(b)
+	ctx := context.Background()
+	settings, _ := yaml.YAMLToJSON([]byte(benchCases[1].settings))
+	load := func(b *testing.B, cacheDir string) {
+		h, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: cacheDir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := h.Load(ctx, policy.Spec{ID: "load", Module: module, Settings: settings, PoolSize: 1, Timeout: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Close(ctx)
+		h.Close(ctx)
+	}
+	b.Run("warm-cache", func(b *testing.B) {
+		dir := b.TempDir()
+		load(b, dir)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			load(b, dir)
+		}
+		b.ReportMetric(float64(len(module)), "module-bytes")
+	})
+	b.Run("cold", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			dir, err := os.MkdirTemp("", "map-cold-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			load(b, dir)
+			b.StopTimer()
+			os.RemoveAll(dir)
+			b.StartTimer()
+		}
+	})
+}
+
+// BenchmarkMAPInstanceMemory reports the linear memory of one instance after
+// validate_settings and one validate (wapc-go's wazero engine, as the host).
+func BenchmarkMAPInstanceMemory(b *testing.B) {
+	module := loadModule(b)
+	ctx := context.Background()
+	settings, _ := yaml.YAMLToJSON([]byte(benchCases[1].settings))
+	req := newRequest(b, "CREATE", pod, "").admissionRequest(b)
+	payload, _ := json.Marshal(map[string]json.RawMessage{"request": req, "settings": settings})
+	cache, err := wazero.NewCompilationCacheWithDir(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cache.Close(ctx)
+	engine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
+		r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
+		if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+			return nil, err
+		}
+		return r, nil
+	})
+	for i := 0; i < b.N; i++ {
+		mod, err := engine.New(ctx, func(context.Context, string, string, string, []byte) ([]byte, error) { return nil, nil }, module, &wapc.ModuleConfig{Stdout: os.Stderr, Stderr: os.Stderr})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mod.(*wapcwazero.Module).WithConfig(func(c wazero.ModuleConfig) wazero.ModuleConfig { return c.WithStartFunctions("_initialize") })
+		inst, err := mod.Instantiate(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		afterInit := inst.MemorySize()
+		if _, err := inst.Invoke(ctx, "validate_settings", settings); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := inst.Invoke(ctx, "validate", payload); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(afterInit), "memory-after-init-bytes")
+		b.ReportMetric(float64(inst.MemorySize()), "memory-after-validate-bytes")
+		inst.Close(ctx)
+		mod.Close(ctx)
+	}
+}
