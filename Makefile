@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: all build policies test bench check tools clean
+.PHONY: all build policies test test-policies bench check tools clean
 
 all: build
 
@@ -19,11 +19,16 @@ build:
 tools:
 	./scripts/install-tools.sh
 
-# policies builds every example and built-in policy and the test fixtures.
+# policies builds every example and built-in policy and the test fixtures (skipping those that are
+# up to date; scripts/build-policies.sh -f rebuilds all).
 policies: tools
 	./scripts/build-policies.sh
 
-test: policies
+# test-policies runs the native unit tests of every policy module (each its own Go module).
+test-policies:
+	./scripts/test-policies.sh
+
+test: policies test-policies
 	$(GO) test ./... 
 
 bench: policies
@@ -36,3 +41,4 @@ check:
 
 clean:
 	rm -rf bin
+	find examples policies test/testdata/policies -name policy.wasm -o -name policy.raw.wasm 2>/dev/null | xargs -r rm -f
