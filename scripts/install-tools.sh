@@ -44,7 +44,8 @@ install_apt_packages() {
 	fi
 	local missing=() p
 	for p in "${APT_PACKAGES[@]}"; do
-		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+		# Like `dpkg -s`, but a package removed with its configuration left behind counts as missing.
+		[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 	done
 	if ((${#missing[@]} == 0)); then
 		return 0
