@@ -17,6 +17,8 @@ func main() {
 	wapc.RegisterFunctions(wapc.Functions{
 		"validate":          validate,
 		"validate_settings": validateSettings,
+		// What policy-sdk-go registers: annotate asks for it when metadata.yml does not say.
+		"protocol_version": func([]byte) ([]byte, error) { return []byte(`"v1"`), nil },
 	})
 }
 
