@@ -17,7 +17,7 @@ func main() {
 	wapc.RegisterFunctions(wapc.Functions{
 		"validate":          validate,
 		"validate_settings": validateSettings,
-		// What policy-sdk-go registers: annotate asks for it when metadata.yml does not say.
+		// What policy-sdk-go's protocol package registers; annotate asks for it.
 		"protocol_version": func([]byte) ([]byte, error) { return []byte(`"v1"`), nil },
 	})
 }
