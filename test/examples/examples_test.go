@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"sort"
@@ -81,7 +82,11 @@ func check(t *testing.T, res *policy.Result, want verdict) {
 		t.Errorf("accepted with a message %q", *r.Message)
 	}
 	if want.code != 0 && (r.Code == nil || *r.Code != want.code) {
-		t.Errorf("code = %v, want %d", r.Code, want.code)
+		code := "none"
+		if r.Code != nil {
+			code = fmt.Sprint(*r.Code)
+		}
+		t.Errorf("code = %s, want %d", code, want.code)
 	}
 	if want.patch == nil {
 		if res.Patch != nil {
