@@ -15,6 +15,8 @@
 set -euo pipefail
 
 TINYGO_VERSION="${TINYGO_VERSION:-0.41.1}"
+# HOME may be unset in a stripped CI environment: fall back to the account's home directory.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
 GO="${GO:-go}"
 LLVM_MAJOR=19
