@@ -3,13 +3,13 @@ module github.com/tollgate-dev/tollgate
 go 1.26
 
 require (
+	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/spf13/cobra v1.10.2
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/wapc/wapc-go v0.7.0
 )
 
 require (
-	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 )
