@@ -28,7 +28,8 @@ demo: policies build
 tools:
 	./scripts/install-tools.sh
 
-# policies builds every example and built-in policy and the test fixtures.
+# policies builds every example and built-in policy and the test fixtures (skipping those that are
+# up to date; scripts/build-policies.sh -f rebuilds all).
 policies: tools
 	./scripts/build-policies.sh
 	./scripts/embed-builtins.sh
@@ -46,10 +47,13 @@ bench: policies
 check:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
+	@set -e; for m in $(SUBMODULES); do (cd $$m && $(GO) vet ./...); done
 	$(GO) mod tidy && git diff --exit-code go.mod go.sum
 
 clean:
 	rm -rf bin
+	find examples policies test/testdata/policies -name policy.wasm -o -name policy.raw.wasm 2>/dev/null | xargs -r rm -f
+	rm -f host/builtin/modules/*.wasm
 
 # map-tinygo-probe tries to build and run the mutating-admission-policy module with TinyGo
 # (it cannot today: cel-go needs reflection TinyGo lacks; see RATIONALE.md). It fails while

@@ -15,6 +15,8 @@
 set -euo pipefail
 
 TINYGO_VERSION="${TINYGO_VERSION:-0.41.1}"
+# HOME may be unset in a stripped CI environment: fall back to the account's home directory.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
 GO="${GO:-go}"
 LLVM_MAJOR=19
@@ -44,7 +46,8 @@ install_apt_packages() {
 	fi
 	local missing=() p
 	for p in "${APT_PACKAGES[@]}"; do
-		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+		# Like `dpkg -s`, but a package removed with its configuration left behind counts as missing.
+		[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 	done
 	if ((${#missing[@]} == 0)); then
 		return 0
@@ -82,6 +85,9 @@ TINYGO_BIN="$TINYGO_ROOT/bin/tinygo"
 build_tinygo() {
 	command -v "$GO" >/dev/null || die "go not found (set GO=/path/to/go)"
 	mkdir -p "$TOOLS_DIR"
+	# Leftovers of runs that were killed (SIGKILL skips the cleanup trap); an hour is far longer
+	# than a build, so a concurrent run's directory is never removed.
+	find "$TOOLS_DIR" -maxdepth 1 -name ".tinygo-*" -type d -mmin +60 -exec rm -rf {} + 2>/dev/null || true
 	local tmp
 	tmp="$(mktemp -d "$TOOLS_DIR/.tinygo-$TINYGO_VERSION.XXXXXX")"
 	# shellcheck disable=SC2064 # expand now: tmp is local
