@@ -29,12 +29,13 @@ func init() {
 	gob.Register([]interface{}{})
 }
 
-func decodeSchema(b []byte) (*schema.Schema, error) {
-	s := &schema.Schema{}
-	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(s); err != nil {
+// decodeSchema decodes a schema into a parser (a Schema must not be copied).
+func decodeSchema(b []byte) (*typed.Parser, error) {
+	p := &typed.Parser{}
+	if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&p.Schema); err != nil {
 		return nil, fmt.Errorf("decoding the built-in schema: %w", err)
 	}
-	return s, nil
+	return p, nil
 }
 
 func encodeSchema(s *schema.Schema) ([]byte, error) {
@@ -55,12 +56,12 @@ var builtinConverter struct {
 // decoding the schema on first use.
 func builtinTypeConverter(sch *runtime.Scheme) (managedfields.TypeConverter, error) {
 	builtinConverter.once.Do(func() {
-		s, err := decodeSchema(builtinSchema)
+		p, err := decodeSchema(builtinSchema)
 		if err != nil {
 			builtinConverter.err = err
 			return
 		}
-		builtinConverter.tc = managedfields.NewSchemeTypeConverter(sch, &typed.Parser{Schema: *s})
+		builtinConverter.tc = managedfields.NewSchemeTypeConverter(sch, p)
 	})
 	return builtinConverter.tc, builtinConverter.err
 }

@@ -44,10 +44,10 @@ func TestBuiltinSchemaUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got.Types, wantRT.Types) {
+	if !reflect.DeepEqual(got.Schema.Types, wantRT.Schema.Types) {
 		t.Fatal("builtin_schema.gob differs from client-go's schema: run go test ./engine -run TestBuiltinSchemaUpToDate -update")
 	}
-	if len(got.Types) < 500 {
-		t.Fatalf("only %d types", len(got.Types))
+	if len(got.Schema.Types) < 500 {
+		t.Fatalf("only %d types", len(got.Schema.Types))
 	}
 }

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/sdk/guest"
+	"github.com/tollgate-dev/tollgate/sdk/protocol"
+	"sigs.k8s.io/yaml"
+)
+
+func readJSON(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestValidateSettings(t *testing.T) {
+	out, err := guest.Invoke("validate_settings", readJSON(t, "testdata/sidecar-settings.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r protocol.SettingsValidationResponse
+	if err := json.Unmarshal(out, &r); err != nil || !r.Valid {
+		t.Fatalf("%s %v", out, err)
+	}
+	bad := strings.Replace(string(readJSON(t, "testdata/sidecar-settings.yml")), `\"mesh-proxy\")`, `\"mesh-proxy\"`, 1)
+	out, err = guest.Invoke("validate_settings", []byte(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &r); err != nil || r.Valid || r.Message == nil ||
+		!strings.Contains(*r.Message, "spec.matchConditions[0].expression: Invalid value") || !strings.Contains(*r.Message, "Syntax error") {
+		t.Fatalf("%s %v", out, err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	settings := readJSON(t, "testdata/sidecar-settings.yml")
+	call := func(request string) protocol.ValidationResponse {
+		t.Helper()
+		payload, _ := json.Marshal(protocol.ValidationRequest{Request: readJSON(t, request), Settings: settings})
+		out, err := guest.Invoke("validate", payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r protocol.ValidationResponse
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := call("testdata/pod.json")
+	if !r.Accepted || !strings.Contains(string(r.MutatedObject), `"name":"mesh-proxy"`) {
+		t.Fatalf("%+v %s", r, r.MutatedObject)
+	}
+	r = call("testdata/pod-with-sidecar.json")
+	if !r.Accepted || r.MutatedObject != nil {
+		t.Fatalf("%+v", r)
+	}
+	// One compilation for all calls with the same settings.
+	e1, _ := engineFor(settings)
+	e2, _ := engineFor(settings)
+	if e1 == nil || e1 != e2 {
+		t.Fatal("settings compiled twice")
+	}
+	if _, err := guest.Invoke("validate", []byte(`{"request": 1, "settings": {}}`)); err == nil {
+		t.Fatal("bad payload accepted")
+	}
+}
