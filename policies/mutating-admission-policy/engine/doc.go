@@ -7,13 +7,15 @@
 // request into "unchanged", "mutated object" or "rejected with the apiserver's
 // message".
 //
-// To be exact rather than similar, the evaluation is delegated to the
-// apiserver's own packages (k8s.io/apiserver, imported as a library): the CEL
-// environment, the mutating-policy dispatcher (matching, parameter selection,
-// failurePolicy, error messages) and the JSONPatch / ApplyConfiguration
-// patchers. This package supplies what a cluster would: an in-memory
-// parameter store, a namespace lister, the compiled-in OpenAPI schemas of the
-// built-in types, and an authorizer.
+// To be exact rather than similar, compiling and patching are delegated to
+// the apiserver's own packages (k8s.io/apiserver v0.36.6, imported as a
+// library): the CEL environment, the composited compiler, match conditions
+// and the JSONPatch / ApplyConfiguration patchers. The dispatch (matching,
+// parameter selection, failurePolicy, error messages) follows the apiserver's
+// generic and mutating dispatchers, which cannot be linked (they pull in
+// client-go's clientset); test/mapdiff checks it against them. This package
+// supplies what a cluster would: the parameter objects, the namespaces, the
+// built-in schemas (client-go's, pre-decoded) and an authorizer.
 //
 // It must NOT know about Wasm, waPC or the host: the guest in the parent
 // package wraps it, and it runs natively in tests and benchmarks.
