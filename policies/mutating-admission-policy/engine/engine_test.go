@@ -828,3 +828,39 @@ func TestAuthorizer(t *testing.T) {
     jsonPatch: {expression: "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'allowed': string(authorizer.group('apps').resource('deployments').namespace('default').check('delete').allowed())}}]"}`, ""))
 	check(t, e, req{object: deployment}, want{object: deploymentAfter("  labels: {app: web}\n", "  labels: {app: web}\n  annotations: {allowed: \"false\"}\n")})
 }
+
+func TestAPIVersions(t *testing.T) {
+	for _, v := range []string{"v1", "v1beta1", "v1alpha1"} {
+		t.Run(v, func(t *testing.T) {
+			e := compile(t, `
+policy:
+  apiVersion: admissionregistration.k8s.io/`+v+`
+  kind: MutatingAdmissionPolicy
+  metadata: {name: versioned}
+  spec:
+    matchConstraints: {resourceRules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments]}]}
+    reinvocationPolicy: Never
+    mutations:
+    - patchType: JSONPatch
+      jsonPatch: {expression: "[JSONPatch{op: 'replace', path: '/spec/replicas', value: 5}]"}
+binding:
+  apiVersion: admissionregistration.k8s.io/`+v+`
+  kind: MutatingAdmissionPolicyBinding
+  metadata: {name: versioned-binding}
+  spec: {policyName: versioned}
+`)
+			check(t, e, req{object: deployment}, want{object: replicas5})
+		})
+	}
+}
+
+func TestTooManyMatchConditions(t *testing.T) {
+	var conds strings.Builder
+	for i := 0; i < 65; i++ {
+		conds.WriteString("  - {name: c" + strings.Repeat("x", i) + ", expression: 'true'}\n")
+	}
+	_, err := Compile([]byte(policy("  matchConditions:\n"+conds.String(), setReplicas5, "")))
+	if err == nil || !strings.Contains(err.Error(), "spec.matchConditions: Too many: 65: must have at most 64 items") {
+		t.Fatalf("err %v", err)
+	}
+}
