@@ -54,7 +54,11 @@ func validateSettings(payload []byte) ([]byte, error) {
 }
 
 func validate(payload []byte) ([]byte, error) {
-	var vr protocol.ValidationRequest
+	// One pass over the payload: the ValidationRequest with its request decoded.
+	var vr struct {
+		Request  protocol.KubernetesAdmissionRequest `json:"request"`
+		Settings json.RawMessage                     `json:"settings"`
+	}
 	if err := json.Unmarshal(payload, &vr); err != nil {
 		return nil, fmt.Errorf("decoding the validation request: %w", err)
 	}
@@ -62,11 +66,7 @@ func validate(payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req protocol.KubernetesAdmissionRequest
-	if err := json.Unmarshal(vr.Request, &req); err != nil {
-		return nil, fmt.Errorf("decoding the admission request: %w", err)
-	}
-	res, err := e.Evaluate(context.Background(), &req)
+	res, err := e.Evaluate(context.Background(), &vr.Request)
 	if err != nil {
 		return nil, err
 	}

@@ -114,18 +114,19 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	userInfo := &user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups, Extra: req.UserInfo.Extra}
 	attr := admission.NewAttributesRecord(obj, oldObj, gvk, req.Namespace, req.Name, gvr, req.SubResource, op, options, dryRun, userInfo)
 
-	var before []byte
-	if obj != nil {
-		if before, err = json.Marshal(obj); err != nil {
-			return nil, fmt.Errorf("request.object: %w", err)
-		}
-	}
 	mutated, se := e.dispatch(ctx, attr)
 	if se != nil {
 		return &Result{Message: se.ErrStatus.Message, Code: se.ErrStatus.Code}, nil
 	}
-	if obj == nil || mutated == nil {
+	if obj == nil || mutated == nil || mutated == obj {
+		// No mutation ran (nothing matched, or the conditions were false).
 		return &Result{Accepted: true}, nil
+	}
+	// A mutation ran; it may have left the object as it was (a failed
+	// JSONPatch test). Compare the encodings, as the apiserver would store them.
+	before, err := e.encodeRequestObject(req.Object, gvk)
+	if err != nil {
+		return nil, fmt.Errorf("request.object: %w", err)
 	}
 	after, err := json.Marshal(mutated)
 	if err != nil {
@@ -139,6 +140,15 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 		return nil, err
 	}
 	return &Result{Accepted: true, Object: out}, nil
+}
+
+// encodeRequestObject is the request object as the engine holds it, encoded.
+func (e *Engine) encodeRequestObject(raw json.RawMessage, gvk schema.GroupVersionKind) ([]byte, error) {
+	obj, err := e.decodeObject(raw, gvk)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(obj)
 }
 
 // decodeObject decodes a request object the way the apiserver holds it:
@@ -172,6 +182,9 @@ func (e *Engine) decodeObject(raw json.RawMessage, gvk schema.GroupVersionKind) 
 // when the typed encoding omits it, so that the host's diff holds only what
 // the policy changed.
 func pruneNulls(result []byte, original json.RawMessage) (json.RawMessage, error) {
+	if !bytes.Contains(result, []byte("null")) && !bytes.Contains(original, []byte("null")) {
+		return result, nil
+	}
 	var r, o any
 	if err := json.Unmarshal(result, &r); err != nil {
 		return nil, err
