@@ -33,7 +33,8 @@ func newScaffoldMAPCmd() *cobra.Command {
 		Short: "Print the configuration that runs a Kubernetes MutatingAdmissionPolicy with tollgate",
 		Long: `Print a policies.yml entry (default) or a Kubewarden-style ClusterAdmissionPolicy
 manifest (-o clusteradmissionpolicy) that runs a Kubernetes MutatingAdmissionPolicy,
-as it is, through the built-in module builtin://mutating-admission-policy.
+as it is, through the built-in module builtin://mutating-admission-policy;
+-o settings prints only the settings, for tollgate run -s.
 
 POLICY.yaml holds a MutatingAdmissionPolicy (admissionregistration.k8s.io/v1,
 v1beta1 or v1alpha1); it may also hold the binding as a second document.
@@ -42,10 +43,11 @@ applies to everything its matchConstraints select. PARAMS.yaml holds the
 parameter objects (one or more documents, or a List) the binding's paramRef
 selects from.`,
 		Example: `  tollgate scaffold map -p sidecar-policy.yaml -b sidecar-binding.yaml > policies.yml
-  tollgate scaffold map -p policy.yaml --params configmaps.yaml -o clusteradmissionpolicy`,
+  tollgate scaffold map -p policy.yaml --params configmaps.yaml -o clusteradmissionpolicy
+  tollgate scaffold map -p policy.yaml -o settings > settings.yml && tollgate run builtin://mutating-admission-policy -r req.json -s settings.yml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkFormat(output, "policies-yml", "clusteradmissionpolicy"); err != nil {
+			if err := checkFormat(output, "policies-yml", "clusteradmissionpolicy", "settings"); err != nil {
 				return err
 			}
 			out, err := scaffoldMAP(policyPath, bindingPath, paramsPath, output, module, name)
@@ -59,7 +61,7 @@ selects from.`,
 	cmd.Flags().StringVarP(&policyPath, "policy", "p", "", "MutatingAdmissionPolicy YAML file (- for stdin)")
 	cmd.Flags().StringVarP(&bindingPath, "binding", "b", "", "MutatingAdmissionPolicyBinding YAML file")
 	cmd.Flags().StringVar(&paramsPath, "params", "", "parameter objects YAML file (several documents or a List)")
-	cmd.Flags().StringVarP(&output, "output", "o", "policies-yml", "output: policies-yml or clusteradmissionpolicy")
+	cmd.Flags().StringVarP(&output, "output", "o", "policies-yml", "output: policies-yml, clusteradmissionpolicy, or settings (for tollgate run -s)")
 	cmd.Flags().StringVar(&module, "module", mapBuiltinModule, "module URI that runs the policy")
 	cmd.Flags().StringVar(&name, "name", "", "policy id / resource name (default: the MutatingAdmissionPolicy's name)")
 	_ = cmd.MarkFlagRequired("policy")
@@ -162,6 +164,8 @@ func scaffoldMAP(policyPath, bindingPath, paramsPath, output, module, name strin
 	id := policyID(name)
 	var doc any
 	switch output {
+	case "settings":
+		doc = settings
 	case "clusteradmissionpolicy":
 		doc = map[string]any{
 			"apiVersion": "policies.kubewarden.io/v1",

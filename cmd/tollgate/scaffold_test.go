@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
 func scaffold(t *testing.T, args ...string) (string, error) {
@@ -123,5 +127,70 @@ func TestScaffoldMAPErrors(t *testing.T) {
 				t.Fatalf("err %v, want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+func TestScaffoldMAPSettings(t *testing.T) {
+	out, err := scaffold(t, "map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "-o", "settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var settings map[string]map[string]any
+	if err := yaml.Unmarshal([]byte(out), &settings); err != nil {
+		t.Fatal(err)
+	}
+	if settings["policy"]["kind"] != "MutatingAdmissionPolicy" || settings["binding"]["kind"] != "MutatingAdmissionPolicyBinding" || len(settings) != 2 {
+		t.Fatalf("settings\n%s", out)
+	}
+}
+
+// TestRunBuiltinMAP runs the documented sidecar example through the
+// embedded module, with the settings of the docs and with settings made by
+// scaffold from MAP YAML (it needs `make policies` before the build, like the
+// binary: the module is embedded).
+func TestRunBuiltinMAP(t *testing.T) {
+	testdata := testfixture.Path("policies/mutating-admission-policy/testdata")
+	patchOf := func(out string) string {
+		t.Helper()
+		var resp struct {
+			Allowed bool   `json:"allowed"`
+			Patch   string `json:"patch"`
+		}
+		if err := json.Unmarshal([]byte(out), &resp); err != nil || !resp.Allowed {
+			t.Fatalf("response %q: %v", out, err)
+		}
+		p, err := base64.StdEncoding.DecodeString(resp.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(p)
+	}
+	out, err := tollgate(t, "", "run", "builtin://mutating-admission-policy", "-r", filepath.Join(testdata, "pod.json"), "-s", filepath.Join(testdata, "sidecar-settings.yml"), "--timeout", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := patchOf(out); !strings.Contains(p, `"op":"add","path":"/spec/initContainers/1"`) || !strings.Contains(p, `"image":"mesh/proxy:v1.0.0"`) {
+		t.Fatalf("patch %s", p)
+	}
+	out, err = tollgate(t, "", "run", "builtin://mutating-admission-policy", "-r", filepath.Join(testdata, "pod-with-sidecar.json"), "-s", filepath.Join(testdata, "sidecar-settings.yml"), "--timeout", "20s")
+	if err != nil || patchOf(out) != "" {
+		t.Fatalf("already injected: %q %v", out, err)
+	}
+
+	// scaffold -o settings from MAP YAML (policy with paramKind ConfigMap, binding, params).
+	settings, err := scaffold(t, "map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "--params", filepath.Join(scaffoldDir, "params.yaml"), "-o", "settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := filepath.Join(t.TempDir(), "settings.yml")
+	if err := os.WriteFile(sf, []byte(settings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = tollgate(t, "", "run", "builtin://mutating-admission-policy", "-r", filepath.Join(testdata, "pod.json"), "-s", sf, "--timeout", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := patchOf(out); !strings.Contains(p, `"image":"mesh/proxy:v1.0.0"`) {
+		t.Fatalf("patch %s", p)
 	}
 }
