@@ -134,6 +134,69 @@ func BenchmarkMAPLoad(b *testing.B) {
 	})
 }
 
+// newWapcInstance instantiates the module with wapc-go's wazero engine and a
+// compilation cache, without the host's close-on-context-done.
+func newWapcInstance(b *testing.B, module []byte, cacheDir string, closeOnDone bool) (wapc.Module, wapc.Instance, func()) {
+	ctx := context.Background()
+	cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	engine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
+		r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache).WithCloseOnContextDone(closeOnDone))
+		if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
+			return nil, err
+		}
+		return r, nil
+	})
+	mod, err := engine.New(ctx, func(context.Context, string, string, string, []byte) ([]byte, error) { return nil, nil }, module, &wapc.ModuleConfig{Stdout: os.Stderr, Stderr: os.Stderr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mod.(*wapcwazero.Module).WithConfig(func(c wazero.ModuleConfig) wazero.ModuleConfig { return c.WithStartFunctions("_initialize") })
+	inst, err := mod.Instantiate(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return mod, inst, func() { inst.Close(ctx); mod.Close(ctx); cache.Close(ctx) }
+}
+
+// BenchmarkMAPEvaluateWapc is the sidecar evaluation straight through
+// wapc-go (no host pool, limits or diff), with and without wazero's
+// close-on-context-done, to show what that option costs this module.
+func BenchmarkMAPEvaluateWapc(b *testing.B) {
+	module := loadModule(b)
+	ctx := context.Background()
+	settings, _ := yaml.YAMLToJSON([]byte(benchCases[1].settings))
+	req := newRequest(b, "CREATE", pod, "").admissionRequest(b)
+	payload, _ := json.Marshal(map[string]json.RawMessage{"request": req, "settings": settings})
+	cacheDir := b.TempDir()
+	for _, closeOnDone := range []bool{true, false} {
+		name := "close-on-context-done"
+		if !closeOnDone {
+			name = "no-close-on-context-done"
+		}
+		b.Run(name, func(b *testing.B) {
+			_, inst, done := newWapcInstance(b, module, cacheDir, closeOnDone)
+			defer done()
+			if _, err := inst.Invoke(ctx, "validate", payload); err != nil {
+				b.Fatal(err)
+			}
+			d := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				start := time.Now()
+				if _, err := inst.Invoke(ctx, "validate", payload); err != nil {
+					b.Fatal(err)
+				}
+				d = append(d, time.Since(start))
+			}
+			b.StopTimer()
+			reportPercentiles(b, d)
+		})
+	}
+}
+
 // BenchmarkMAPInstanceMemory reports the linear memory of one instance after
 // validate_settings and one validate (wapc-go's wazero engine, as the host).
 func BenchmarkMAPInstanceMemory(b *testing.B) {
@@ -142,28 +205,9 @@ func BenchmarkMAPInstanceMemory(b *testing.B) {
 	settings, _ := yaml.YAMLToJSON([]byte(benchCases[1].settings))
 	req := newRequest(b, "CREATE", pod, "").admissionRequest(b)
 	payload, _ := json.Marshal(map[string]json.RawMessage{"request": req, "settings": settings})
-	cache, err := wazero.NewCompilationCacheWithDir(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cache.Close(ctx)
-	engine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
-		r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
-		if _, err := wasi_snapshot_preview1.Instantiate(ctx, r); err != nil {
-			return nil, err
-		}
-		return r, nil
-	})
+	cacheDir := b.TempDir()
 	for i := 0; i < b.N; i++ {
-		mod, err := engine.New(ctx, func(context.Context, string, string, string, []byte) ([]byte, error) { return nil, nil }, module, &wapc.ModuleConfig{Stdout: os.Stderr, Stderr: os.Stderr})
-		if err != nil {
-			b.Fatal(err)
-		}
-		mod.(*wapcwazero.Module).WithConfig(func(c wazero.ModuleConfig) wazero.ModuleConfig { return c.WithStartFunctions("_initialize") })
-		inst, err := mod.Instantiate(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
+		_, inst, done := newWapcInstance(b, module, cacheDir, true)
 		afterInit := inst.MemorySize()
 		if _, err := inst.Invoke(ctx, "validate_settings", settings); err != nil {
 			b.Fatal(err)
@@ -173,7 +217,6 @@ func BenchmarkMAPInstanceMemory(b *testing.B) {
 		}
 		b.ReportMetric(float64(afterInit), "memory-after-init-bytes")
 		b.ReportMetric(float64(inst.MemorySize()), "memory-after-validate-bytes")
-		inst.Close(ctx)
-		mod.Close(ctx)
+		done()
 	}
 }
