@@ -422,4 +422,54 @@ policy:
 		{op: "CREATE", object: job, expect: `"backoffLimit":2`},
 		{op: "CREATE", object: pod},
 	}},
+	{"typed struct fields exist (resources)", mkPolicy("resources", "", jsonPatch(`[JSONPatch{op: "add", path: "/spec/containers/0/resources/limits", value: {"cpu": "500m"}}]`)), []dreq{
+		{op: "CREATE", object: pod, expect: `"limits":{"cpu":"500m"}`},
+	}},
+	{"quantities are normalized", mkPolicy("quantity", "", apply(`Object{spec: Object.spec{containers: [Object.spec.containers{name: "app", resources: Object.spec.containers.resources{limits: {"cpu": "1000m", "memory": "1024Mi"}}}]}}`)), []dreq{
+		{op: "CREATE", object: pod, expect: `"cpu":"1"`},
+	}},
+	{"old object drives the mutation", mkPolicy("from-old", `
+    matchConditions:
+    - {name: update, expression: 'request.operation == "UPDATE"'}`, apply(`Object{metadata: Object.metadata{labels: {"previous-app": oldObject.metadata.labels["app"]}}}`)), []dreq{
+		{op: "UPDATE", object: with(pod, "app: web", "app: web2"), oldObject: pod, expect: `"previous-app":"web"`},
+		{op: "CREATE", object: pod},
+	}},
+	{"service ports merge by port and protocol", mkPolicy("svc-ports", "", apply(`Object{spec: Object.spec{ports: [Object.spec.ports{port: 80, protocol: "TCP", name: "http"}, Object.spec.ports{port: 443, protocol: "TCP", name: "https"}]}}`)), []dreq{
+		{op: "CREATE", object: service, expect: `"name":"https"`},
+	}},
+	{"JSONPatch replaces a whole list", mkPolicy("replace-list", "", jsonPatch(`[JSONPatch{op: "replace", path: "/spec/containers/0/env", value: [{"name": "B", "value": "2"}]}]`)), []dreq{
+		{op: "CREATE", object: pod, expect: `"env":[{"name":"B","value":"2"}]`},
+	}},
+	{"params in matchConditions and variables", `
+policy:
+  metadata: {name: params-conds}
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+  variables:
+  - {name: team, expression: 'params.data["team"]'}
+  matchConditions:
+  - {name: enabled, expression: 'params.data["enabled"] == "true"'}
+  reinvocationPolicy: Never
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: 'Object{metadata: Object.metadata{labels: {"team": variables.team}}}'}
+binding:
+  paramRef: {selector: {}, namespace: config}
+params:
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: turned-on, namespace: config}, data: {enabled: "true", team: payments}}
+- {apiVersion: v1, kind: ConfigMap, metadata: {name: turned-off, namespace: config}, data: {enabled: "false", team: other}}
+`, []dreq{
+		{op: "CREATE", object: pod, expect: `"team":"payments"`},
+	}},
+	{"namespaceObject labels", mkPolicy("ns-labels", "", apply(`Object{metadata: Object.metadata{labels: {"env": namespaceObject.metadata.labels["env"]}}}`)) + `
+namespaces:
+- metadata: {name: default, labels: {env: prod}}
+`, []dreq{
+		{op: "CREATE", object: pod, expect: `"env":"prod"`},
+		{name: "namespace without the label", op: "CREATE", object: configMap, expect: "no such key: env"},
+	}},
+	{"new container by name in a Job", mkPolicy("job-container", "", apply(`Object{spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{containers: [Object.spec.template.spec.containers{name: "logger", image: "fluent-bit:3"}]}}}}`)), []dreq{
+		{op: "CREATE", object: job, expect: `"name":"logger"`},
+	}},
 }
