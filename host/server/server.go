@@ -1,0 +1,410 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgate-dev/tollgate/host/config"
+)
+
+// Sentinel errors.
+var (
+	// ErrStrict: --strict and a policy failed to load.
+	ErrStrict = errors.New("a policy failed to load")
+	// ErrReload: a reload was rejected; the previous configuration keeps serving.
+	ErrReload = errors.New("reload rejected")
+)
+
+// Options configure a Server. Config and Loader are required.
+type Options struct {
+	// Config is the initial configuration (its Options carry ports, limits...).
+	Config *config.Config
+	// Loader fetches modules and loads policies.
+	Loader Loader
+	// Logger for the server (nil discards).
+	Logger *slog.Logger
+	// TLS serves the webhook; nil with Config.Options.InsecureHTTP serves plain HTTP.
+	TLS *tls.Config
+	// Reread returns the configuration to switch to on a reload (typically:
+	// parse the policies file again). Nil disables reloading.
+	Reread func() (*config.Config, []byte, error)
+	// Source is the policies.yml content Config was parsed from (to skip
+	// reloads of an unchanged file). May be nil.
+	Source []byte
+	// WatchFiles are watched for changes that trigger a reload.
+	WatchFiles []string
+	// OnCertReload is set by the caller if it wants certificate metrics wired;
+	// see Server.CertReloadHook.
+}
+
+// Server is the admission webhook.
+type Server struct {
+	o       Options
+	opts    config.Options
+	log     *slog.Logger
+	m       *metrics
+	cur     atomic.Pointer[policySet]
+	gen     atomic.Uint64
+	lim     *limiter
+	ready   atomic.Bool
+	closing atomic.Bool
+
+	reloadMu   sync.Mutex
+	lastReload reloadStatus
+	statusMu   sync.RWMutex
+
+	hook    *http.Server
+	probe   *http.Server
+	hookLn  net.Listener
+	probeLn net.Listener
+	bg      sync.WaitGroup
+	stop    chan struct{}
+	retired sync.WaitGroup
+}
+
+type reloadStatus struct {
+	Time    time.Time `json:"time"`
+	OK      bool      `json:"ok"`
+	Error   string    `json:"error,omitempty"`
+	Trigger string    `json:"trigger"`
+}
+
+// New builds the server and loads the initial policy set (all policies in
+// parallel). Policies that fail to load are served as 500 errors unless
+// Config.Options.Strict, where New fails.
+func New(ctx context.Context, o Options) (*Server, error) {
+	if o.Config == nil || o.Loader == nil {
+		return nil, errors.New("server: Config and Loader are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{o: o, opts: o.Config.Options, log: o.Logger, m: newMetrics(), stop: make(chan struct{})}
+	s.lim = newLimiter(s.opts.Workers, s.opts.EffectiveQueueSize())
+	for _, w := range o.Config.Warnings {
+		s.log.Warn("configuration warning", "warning", w)
+	}
+	start := time.Now()
+	set, st := build(ctx, o.Loader, o.Config, s.gen.Add(1), nil)
+	set.source = o.Source
+	s.m.loadDuration.Observe(time.Since(start).Seconds())
+	s.countLoads(st)
+	for _, id := range set.failed() {
+		s.log.Error("policy failed to load; its endpoint answers 500 until a reload fixes it", "policy", id, "error", set.entries[id].err)
+	}
+	if failed := set.failed(); len(failed) > 0 && s.opts.Strict {
+		closeUnshared(ctx, set, nil)
+		errs := []error{}
+		for _, id := range failed {
+			errs = append(errs, fmt.Errorf("policy %s: %w", id, set.entries[id].err))
+		}
+		return nil, fmt.Errorf("%w (--strict): %w", ErrStrict, errors.Join(errs...))
+	}
+	s.log.Info("policies loaded", "policies", len(set.entries), "failed", len(set.failed()), "duration", time.Since(start).Round(time.Millisecond))
+	s.swap(set, "start")
+	s.setStatus(reloadStatus{Time: time.Now(), OK: true, Trigger: "start"})
+	return s, nil
+}
+
+// Metrics exposes the registry for CertReloader wiring.
+func (s *Server) CertReloadHook() func(ok bool, notAfter time.Time) {
+	return func(ok bool, notAfter time.Time) {
+		if ok {
+			s.m.certReloads.WithLabelValues("success").Inc()
+			s.m.certNotAfter.Set(float64(notAfter.Unix()))
+		} else {
+			s.m.certReloads.WithLabelValues("failure").Inc()
+		}
+	}
+}
+
+func (s *Server) countLoads(st buildStats) {
+	s.m.unitsLoaded.WithLabelValues("loaded").Add(float64(st.loaded))
+	s.m.unitsLoaded.WithLabelValues("reused").Add(float64(st.reused))
+	s.m.unitsLoaded.WithLabelValues("failed").Add(float64(st.failed))
+}
+
+func (s *Server) setStatus(r reloadStatus) {
+	s.statusMu.Lock()
+	s.lastReload = r
+	s.statusMu.Unlock()
+}
+
+// swap installs set and retires the previous one: it closes the previous
+// set's unshared policies once its in-flight requests finished.
+func (s *Server) swap(set *policySet, trigger string) {
+	old := s.cur.Swap(set)
+	s.m.generation.Set(float64(set.gen))
+	s.m.lastReload.SetToCurrentTime()
+	s.m.policyLoaded.Reset()
+	for id, e := range set.entries {
+		v := 1.0
+		if e.err != nil {
+			v = 0
+		}
+		s.m.policyLoaded.WithLabelValues(id).Set(v)
+	}
+	if old == nil {
+		return
+	}
+	old.retire()
+	s.retired.Add(1)
+	go func() {
+		defer s.retired.Done()
+		<-old.drained
+		n := closeUnshared(context.Background(), old, set)
+		s.log.Debug("retired policy set", "generation", old.gen, "closed", n, "trigger", trigger)
+	}()
+}
+
+// acquire returns the serving set with a reference the caller must release.
+func (s *Server) acquire() *policySet {
+	for {
+		set := s.cur.Load()
+		set.refs.Add(1)
+		if s.cur.Load() == set {
+			return set
+		}
+		set.release()
+	}
+}
+
+// Reload rebuilds the policy set from Options.Reread and swaps it in. An
+// invalid configuration, or one where any policy fails to load, is rejected
+// and the current set keeps serving. force reloads an unchanged file too.
+func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
+	if s.o.Reread == nil {
+		return fmt.Errorf("%w: reloading is not configured", ErrReload)
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	cfg, src, err := s.o.Reread()
+	fail := func(err error) error {
+		s.m.reloads.WithLabelValues("failure").Inc()
+		s.setStatus(reloadStatus{Time: time.Now(), OK: false, Error: err.Error(), Trigger: trigger})
+		s.log.Error("reload rejected; the previous configuration keeps serving", "trigger", trigger, "error", err)
+		return fmt.Errorf("%w: %w", ErrReload, err)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	cur := s.cur.Load()
+	if !force && src != nil && cur.source != nil && bytes.Equal(src, cur.source) {
+		s.m.reloads.WithLabelValues("unchanged").Inc()
+		return nil
+	}
+	for _, w := range cfg.Warnings {
+		s.log.Warn("configuration warning", "warning", w)
+	}
+	// Server options (ports, TLS, workers) are fixed at start; a reload
+	// changes policies only.
+	cfg.Options = s.opts
+	start := time.Now()
+	set, st := build(ctx, s.o.Loader, cfg, s.gen.Load()+1, cur)
+	set.source = src
+	s.m.loadDuration.Observe(time.Since(start).Seconds())
+	s.countLoads(st)
+	if failed := set.failed(); len(failed) > 0 {
+		closeUnshared(ctx, set, cur)
+		var errs []error
+		for _, id := range failed {
+			errs = append(errs, fmt.Errorf("policy %s: %w", id, set.entries[id].err))
+		}
+		return fail(errors.Join(errs...))
+	}
+	if ctx.Err() != nil {
+		closeUnshared(ctx, set, cur)
+		return fail(ctx.Err())
+	}
+	set.gen = s.gen.Add(1)
+	s.swap(set, trigger)
+	s.m.reloads.WithLabelValues("success").Inc()
+	s.setStatus(reloadStatus{Time: time.Now(), OK: true, Trigger: trigger})
+	s.log.Info("configuration reloaded", "trigger", trigger, "generation", set.gen, "policies", len(set.entries),
+		"loaded", st.loaded, "reused", st.reused, "duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Start listens on the webhook and probe ports and serves until Shutdown.
+func (s *Server) Start(ctx context.Context) error {
+	hookAddr := net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.Port))
+	probeAddr := net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.ReadinessProbePort))
+	var err error
+	if s.hookLn, err = net.Listen("tcp", hookAddr); err != nil {
+		return fmt.Errorf("--port: %w", err)
+	}
+	if s.probeLn, err = net.Listen("tcp", probeAddr); err != nil {
+		s.hookLn.Close()
+		return fmt.Errorf("--readiness-probe-port: %w", err)
+	}
+	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
+	s.hook = &http.Server{
+		Handler:           s.webhookHandler(),
+		ReadHeaderTimeout: min(s.opts.ReadTimeout, 5*time.Second),
+		ReadTimeout:       s.opts.ReadTimeout,
+		WriteTimeout:      s.opts.WriteTimeout,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          errLog,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	s.probe = &http.Server{
+		Handler:           s.probeHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		ErrorLog:          errLog,
+	}
+	hookLn := s.hookLn
+	if !s.opts.InsecureHTTP {
+		if s.o.TLS == nil {
+			return fmt.Errorf("%w: no certificate (give --cert-file/--key-file, or --insecure-http for local use)", ErrTLS)
+		}
+		hookLn = tls.NewListener(s.hookLn, s.o.TLS)
+	}
+	s.bg.Add(2)
+	go func() {
+		defer s.bg.Done()
+		if err := s.hook.Serve(hookLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("webhook server stopped", "error", err)
+		}
+	}()
+	go func() {
+		defer s.bg.Done()
+		if err := s.probe.Serve(s.probeLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("probe server stopped", "error", err)
+		}
+	}()
+	if len(s.o.WatchFiles) > 0 && s.o.Reread != nil {
+		s.watch(ctx)
+	}
+	s.ready.Store(true)
+	scheme := "https"
+	if s.opts.InsecureHTTP {
+		scheme = "http"
+	}
+	s.log.Info("serving", "webhook", scheme+"://"+s.hookLn.Addr().String(), "probes", "http://"+s.probeLn.Addr().String())
+	return nil
+}
+
+// Addr is the webhook's listening address (after Start).
+func (s *Server) Addr() string { return s.hookLn.Addr().String() }
+
+// ProbeAddr is the probe port's listening address (after Start).
+func (s *Server) ProbeAddr() string { return s.probeLn.Addr().String() }
+
+// watch reloads when a watched file's directory changes (debounced). Watching
+// the directory catches editors that replace files and Kubernetes ConfigMap
+// symlink swaps.
+func (s *Server) watch(ctx context.Context) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		s.log.Warn("cannot watch the configuration; reload with SIGHUP", "error", err)
+		return
+	}
+	names := map[string]bool{}
+	for _, f := range s.o.WatchFiles {
+		abs, _ := filepath.Abs(f)
+		names[filepath.Base(abs)] = true
+		if err := w.Add(filepath.Dir(abs)); err != nil {
+			s.log.Warn("cannot watch the configuration; reload with SIGHUP", "dir", filepath.Dir(abs), "error", err)
+		}
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer w.Close()
+		var debounce <-chan time.Time
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.stop:
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				base := filepath.Base(ev.Name)
+				if names[base] || base == "..data" {
+					debounce = time.After(200 * time.Millisecond)
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				s.log.Warn("configuration watch error", "error", err)
+			case <-debounce:
+				debounce = nil
+				_ = s.Reload(ctx, "file", false)
+			}
+		}
+	}()
+}
+
+// Shutdown stops accepting, marks the server unready, drains in-flight
+// requests (until ctx ends), then closes every policy.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.ready.Store(false)
+	close(s.stop)
+	var errs []error
+	if s.hook != nil {
+		if err := s.hook.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("webhook drain: %w", err))
+		}
+	}
+	if s.probe != nil {
+		_ = s.probe.Shutdown(ctx)
+	}
+	s.bg.Wait()
+	s.retired.Wait()
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if set := s.cur.Load(); set != nil {
+		closeUnshared(ctx, set, nil)
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) probeHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readiness", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /policies", s.handlePolicies)
+	return mux
+}
+
+func (s *Server) webhookHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /validate/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindValidate) })
+	mux.HandleFunc("POST /audit/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindAudit) })
+	mux.HandleFunc("POST /validate_raw/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindRaw) })
+	return mux
+}
+
+
+
