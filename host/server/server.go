@@ -405,6 +405,3 @@ func (s *Server) webhookHandler() http.Handler {
 	mux.HandleFunc("POST /validate_raw/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindRaw) })
 	return mux
 }
-
-
-
