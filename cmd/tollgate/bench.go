@@ -25,6 +25,11 @@ type benchReport struct {
 	Total       time.Duration `json:"total_ns"`
 	LoadTime    time.Duration `json:"load_ns"`
 	Evaluations float64       `json:"evaluations_per_second"`
+	// GuestMean is the mean time inside the guest call; HostOverhead is the
+	// rest of the evaluation (request encoding, response decoding, diff) as a
+	// fraction of the mean.
+	GuestMean    time.Duration `json:"guest_mean_ns"`
+	HostOverhead float64       `json:"host_overhead_fraction"`
 }
 
 func newBenchCmd() *cobra.Command {
@@ -64,6 +69,7 @@ Takes the same inputs as run.`,
 				}
 			}
 			samples := make([]time.Duration, 0, count)
+			var guest time.Duration
 			start := time.Now()
 			for i := 0; i < count || (duration > 0 && time.Since(start) < duration); i++ {
 				t := time.Now()
@@ -72,10 +78,15 @@ Takes the same inputs as run.`,
 					return fmt.Errorf("evaluation %d: %w", i+1, err)
 				}
 				samples = append(samples, time.Since(t))
+				guest += res.GuestDuration
 				rep.Accepted, rep.Mutated = res.Response.Accepted, res.Patch != nil
 			}
 			rep.Total = time.Since(start)
 			summarize(&rep, samples)
+			if rep.Count > 0 && rep.Mean > 0 {
+				rep.GuestMean = guest / time.Duration(rep.Count)
+				rep.HostOverhead = 1 - float64(rep.GuestMean)/float64(rep.Mean)
+			}
 			if output != "" {
 				return printData(cmd.OutOrStdout(), output, rep)
 			}
@@ -89,6 +100,7 @@ Takes the same inputs as run.`,
 			fmt.Fprintf(w, "p95:         %s\n", rep.P95)
 			fmt.Fprintf(w, "p99:         %s\n", rep.P99)
 			fmt.Fprintf(w, "min / max:   %s / %s\n", rep.Min, rep.Max)
+			fmt.Fprintf(w, "guest mean:  %s (host overhead %.1f%% of the mean)\n", rep.GuestMean, 100*rep.HostOverhead)
 			return nil
 		},
 	}

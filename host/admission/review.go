@@ -61,8 +61,8 @@ func ParseReview(data []byte) (*Request, error) {
 		return nil, err
 	}
 	var envelope struct {
-		Kind       string          `json:"kind"`
-		APIVersion string          `json:"apiVersion"`
+		Kind       json.RawMessage `json:"kind"` // a string in a review, an object in a request
+		APIVersion json.RawMessage `json:"apiVersion"`
 		Request    json.RawMessage `json:"request"`
 	}
 	if data[0] != '{' {
@@ -72,12 +72,15 @@ func ParseReview(data []byte) (*Request, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNotAdmission, err)
 	}
 	raw := data
-	if envelope.Kind == "AdmissionReview" || len(envelope.Request) > 0 {
-		if envelope.Kind != "" && envelope.Kind != "AdmissionReview" {
-			return nil, fmt.Errorf("%w: kind is %q", ErrNotAdmission, envelope.Kind)
+	var kind, apiVersion string
+	_ = json.Unmarshal(envelope.Kind, &kind)
+	_ = json.Unmarshal(envelope.APIVersion, &apiVersion)
+	if kind == "AdmissionReview" || len(envelope.Request) > 0 {
+		if kind != "" && kind != "AdmissionReview" {
+			return nil, fmt.Errorf("%w: kind is %q", ErrNotAdmission, kind)
 		}
-		if envelope.APIVersion != "" && !strings.HasPrefix(envelope.APIVersion, "admission.k8s.io/") {
-			return nil, fmt.Errorf("%w: apiVersion is %q, want admission.k8s.io/v1", ErrNotAdmission, envelope.APIVersion)
+		if apiVersion != "" && !strings.HasPrefix(apiVersion, "admission.k8s.io/") {
+			return nil, fmt.Errorf("%w: apiVersion is %q, want admission.k8s.io/v1", ErrNotAdmission, apiVersion)
 		}
 		raw = bytes.TrimSpace(envelope.Request)
 		if len(raw) == 0 || string(raw) == "null" {

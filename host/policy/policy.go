@@ -65,6 +65,10 @@ func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	return &Host{engine: e, logger: logger}, nil
 }
 
+// Modules is how many distinct compiled modules the host holds (policies
+// sharing a module digest and memory limit share one).
+func (h *Host) Modules() int { return h.engine.Modules() }
+
 // CacheDir is the compilation cache in use ("" when disabled).
 func (h *Host) CacheDir() string { return h.engine.CacheDir() }
 
@@ -218,8 +222,10 @@ type Result struct {
 	// Patch is the RFC 6902 JSONPatch from the request object to
 	// mutated_object, nil when the policy did not mutate.
 	Patch []byte
-	// Duration is the time spent in the policy call.
+	// Duration is the whole evaluation: encoding, the guest call, decoding and diff.
 	Duration time.Duration
+	// GuestDuration is the part spent in the guest call (waiting for an instance included).
+	GuestDuration time.Duration
 }
 
 // Verdict converts the result for admission.FromVerdict.
@@ -264,6 +270,7 @@ func (p *Policy) ValidateRaw(ctx context.Context, request []byte) (*Result, erro
 }
 
 func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result, error) {
+	start := time.Now()
 	payload := make([]byte, 0, len(request)+len(p.settings)+26)
 	payload = append(payload, `{"request":`...)
 	payload = append(payload, request...)
@@ -271,16 +278,17 @@ func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result,
 	payload = append(payload, p.settings...)
 	payload = append(payload, '}')
 
-	start := time.Now()
+	callStart := time.Now()
 	out, err := p.pool.Call(p.withHostCalls(ctx), p.timeout, "validate", payload)
-	d := time.Since(start)
+	guest := time.Since(callStart)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", p.id, err)
 	}
 	if len(out) > p.maxResp {
 		return nil, fmt.Errorf("policy %s: %w: the answer is %d bytes, the limit is %d", p.id, ErrInvalidResponse, len(out), p.maxResp)
 	}
-	res := &Result{Duration: d}
+	res := &Result{GuestDuration: guest}
+	defer func() { res.Duration = time.Since(start) }()
 	if err := json.Unmarshal(out, &res.Response); err != nil {
 		return nil, fmt.Errorf("policy %s: %w: not a ValidationResponse: %v (answer %.120q)", p.id, ErrInvalidResponse, err, out)
 	}

@@ -90,6 +90,13 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
+// Modules is how many distinct compiled modules the engine holds now.
+func (e *Engine) Modules() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.modules)
+}
+
 // CacheDir is the on-disk compilation cache in use, or "" when disabled.
 func (e *Engine) CacheDir() string { return e.dir }
 
