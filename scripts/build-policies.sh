@@ -74,10 +74,19 @@ up_to_date() {
 	if [[ -n "$TOLLGATE_BIN" && -f "$dir/metadata.yml" ]] && ! grep -q io.kubewarden.metadata "$wasm"; then
 		return 1 # built before annotate existed
 	fi
-	local newer
+	newer_than_sources "$dir" "$wasm"
+}
+
+# newer_than_sources reports whether file exists and is newer than all of dir's sources; with a
+# third argument "code", metadata.yml and README.md do not count (they are not compiled).
+newer_than_sources() {
+	local dir="$1" file="$2" newer
+	[[ -f "$file" ]] || return 1
+	local -a docs=(-o -name metadata.yml -o -name README.md)
+	[[ "${3:-}" == code ]] && docs=()
 	newer="$(source_dirs "$dir" | xargs -d '\n' -I{} find {} -type f \
-		\( -name '*.go' -o -name go.mod -o -name go.sum -o -name metadata.yml -o -name README.md \
-		-o -name policy.build \) -newer "$wasm" -print -quit)"
+		\( -name '*.go' -o -name go.mod -o -name go.sum -o -name policy.build "${docs[@]}" \) \
+		-newer "$file" -print -quit)"
 	[[ -z "$newer" ]]
 }
 
@@ -107,7 +116,9 @@ build_one() {
 		return 1
 		;;
 	esac
-	if ! (cd "$dir" && rm -f "$raw" && "${cmd[@]}") >"$out" 2>&1; then
+	if ((FORCE == 0)) && newer_than_sources "$dir" "$dir/$raw" code; then
+		: # compiled already (e.g. before tollgate annotate existed): only annotate
+	elif ! (cd "$dir" && rm -f "$raw" && "${cmd[@]}") >"$out" 2>&1; then
 		printf 'build-policies: FAILED %s (%s): %s\n' "$dir" "$kind" "${cmd[*]}" >&2
 		sed 's/^/    /' "$out" >&2
 		rm -f "$out" "$dir/$raw"
