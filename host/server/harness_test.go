@@ -169,6 +169,7 @@ type harness struct {
 	ca      *x509.CertPool
 	certs   *SelfSigned
 	logs    *syncBuffer
+	certsR  *CertReloader
 }
 
 type syncBuffer struct {
@@ -240,7 +241,7 @@ func start(t testing.TB, ho harnessOpts) *harness {
 		}
 	}
 	src, _ := os.ReadFile(h.pfile)
-	so := Options{Config: cfg, Loader: ho.loader, Logger: logger, TLS: tlsCfg, Source: src,
+	so := Options{Config: cfg, Loader: ho.loader, Logger: logger, TLS: tlsCfg, Source: src, Certs: h.certsR,
 		Reread: func() (*config.Config, []byte, error) {
 			b, err := os.ReadFile(h.pfile)
 			if err != nil {

@@ -47,8 +47,9 @@ type Options struct {
 	Source []byte
 	// WatchFiles are watched for changes that trigger a reload.
 	WatchFiles []string
-	// OnCertReload is set by the caller if it wants certificate metrics wired;
-	// see Server.CertReloadHook.
+	// Certs, when set, is the certificate reloader behind TLS; the server
+	// reports its reloads and expiry as metrics.
+	Certs *CertReloader
 }
 
 // Server is the admission webhook.
@@ -114,14 +115,16 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		}
 		return nil, fmt.Errorf("%w (--strict): %w", ErrStrict, errors.Join(errs...))
 	}
+	if o.Certs != nil {
+		o.Certs.SetHook(s.certReloadHook())
+	}
 	s.log.Info("policies loaded", "policies", len(set.entries), "failed", len(set.failed()), "duration", time.Since(start).Round(time.Millisecond))
 	s.swap(set, "start")
 	s.setStatus(reloadStatus{Time: time.Now(), OK: true, Trigger: "start"})
 	return s, nil
 }
 
-// Metrics exposes the registry for CertReloader wiring.
-func (s *Server) CertReloadHook() func(ok bool, notAfter time.Time) {
+func (s *Server) certReloadHook() func(ok bool, notAfter time.Time) {
 	return func(ok bool, notAfter time.Time) {
 		if ok {
 			s.m.certReloads.WithLabelValues("success").Inc()

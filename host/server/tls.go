@@ -36,6 +36,7 @@ var ErrTLS = errors.New("TLS configuration")
 type CertReloader struct {
 	certFile, keyFile, caFile string
 	logger                    *slog.Logger
+	hookMu                    sync.Mutex
 	onReload                  func(ok bool, notAfter time.Time)
 
 	cert   atomic.Pointer[tls.Certificate]
@@ -106,10 +107,28 @@ func (r *CertReloader) reload() (bool, error) {
 	}
 	r.cert.Store(&pair)
 	r.last = all
-	if r.onReload != nil {
-		r.onReload(true, leaf.NotAfter)
-	}
+	r.report(true, leaf.NotAfter)
 	return true, nil
+}
+
+func (r *CertReloader) report(ok bool, notAfter time.Time) {
+	r.hookMu.Lock()
+	f := r.onReload
+	r.hookMu.Unlock()
+	if f != nil {
+		f(ok, notAfter)
+	}
+}
+
+// SetHook sets the function told about every reload (and, at once, about
+// the certificate loaded now).
+func (r *CertReloader) SetHook(f func(ok bool, notAfter time.Time)) {
+	r.hookMu.Lock()
+	r.onReload = f
+	r.hookMu.Unlock()
+	if c := r.cert.Load(); c != nil && f != nil {
+		f(true, c.Leaf.NotAfter)
+	}
 }
 
 // Certificate is the current certificate.
@@ -171,9 +190,7 @@ func (r *CertReloader) Watch(ctx context.Context, poll time.Duration) {
 			switch {
 			case err != nil:
 				r.logger.Warn("certificate reload failed; keeping the current certificate", "error", err)
-				if r.onReload != nil {
-					r.onReload(false, time.Time{})
-				}
+				r.report(false, time.Time{})
 			case swapped:
 				r.logger.Info("certificate reloaded", "cert", r.certFile, "notAfter", r.cert.Load().Leaf.NotAfter)
 			}
