@@ -8,12 +8,21 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: all build policies test bench check tools clean
+.PHONY: all build demo-modules policies test bench check tools clean
 
 all: build
 
-build:
+build: demo-modules
 	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+# demo-modules copies the built example policies into internal/demo/modules, which the
+# binary embeds for `tollgate serve` without configuration (see docs/server.md).
+DEMO_EXAMPLES := capabilities-drop required-labels raw-validation
+demo-modules:
+	@mkdir -p internal/demo/modules
+	@for d in $(DEMO_EXAMPLES); do \
+		if [ -f examples/$$d/policy.wasm ]; then cmp -s examples/$$d/policy.wasm internal/demo/modules/$$d.wasm || cp examples/$$d/policy.wasm internal/demo/modules/$$d.wasm; \
+		else echo "demo-modules: examples/$$d/policy.wasm not built (make policies)" >&2; fi; done
 
 # tools installs what building the policies and running the tests needs (apt packages, TinyGo).
 tools:
@@ -23,7 +32,7 @@ tools:
 policies: tools
 	./scripts/build-policies.sh
 
-test: policies
+test: policies demo-modules
 	$(GO) test ./... 
 
 bench: policies
