@@ -136,3 +136,25 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Errorf("goroutines: %d before, %d after shutdown", before, after)
 	}
 }
+
+// FuzzDecodeInput: the request decoding of every endpoint never panics and
+// either fails with an error or yields a request with a uid (AdmissionReview).
+func FuzzDecodeInput(f *testing.F) {
+	f.Add([]byte(reviewFor("u", "CREATE", "ns", pod(nil))), uint8(0))
+	f.Add([]byte(`{"request":{"uid":"x","operation":"DELETE","kind":{"kind":"Pod"}}}`), uint8(1))
+	f.Add([]byte(`{"request": [1, {"a": null}]}`), uint8(2))
+	f.Add([]byte(`{"request": "x"`), uint8(2))
+	f.Fuzz(func(t *testing.T, body []byte, k uint8) {
+		kind := endpointKind(k % 3)
+		in, err := decodeInput(kind, body)
+		if err != nil {
+			return
+		}
+		if kind != kindRaw && (in.req == nil || in.uid == "" || in.operation == "") {
+			t.Fatalf("accepted a review without uid/operation: %q", body)
+		}
+		if kind == kindRaw && len(in.raw) == 0 {
+			t.Fatalf("accepted a raw request without request: %q", body)
+		}
+	})
+}
