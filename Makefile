@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: all build demo-modules policies test bench check tools clean
+.PHONY: all build demo-modules bench-server policies test bench check tools clean
 
 all: build
 
@@ -37,6 +37,13 @@ test: policies demo-modules
 
 bench: policies
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+# bench-server measures `tollgate serve` against a native Go ceiling on loopback (about 5 minutes;
+# run it on an otherwise idle machine). Numbers go to docs/benchmarks.md by hand.
+BENCH_DURATION ?= 20s
+bench-server: policies build
+	$(GO) build -o bin/loadgen ./test/loadgen
+	bin/loadgen suite -tollgate bin/tollgate -duration $(BENCH_DURATION)
 
 check:
 	gofmt -l . | (! grep .) || (echo "gofmt needed"; exit 1)
