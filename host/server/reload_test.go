@@ -241,3 +241,52 @@ func TestInFlightFinishOnOldSet(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSharedPolicyClosedAfterAllSetsDrain: a policy shared by two
+// consecutive sets and dropped by the third is closed only once the oldest
+// set using it finished its requests, even if the middle set drained first.
+func TestSharedPolicyClosedAfterAllSetsDrain(t *testing.T) {
+	l := newTestLoader(t)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	l.scripts["slow"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
+		started <- struct{}{}
+		<-release
+		return protocol.ValidationResponse{Accepted: true}, nil
+	}
+	l.scripts["other"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
+		return protocol.ValidationResponse{Accepted: true}, nil
+	}
+	h := start(t, harnessOpts{policies: "p:\n  module: script://slow\n", loader: l})
+	done := make(chan *admission.Response)
+	go func() {
+		_, r := h.review("/validate/p", reviewFor("A", "CREATE", "default", pod(nil)))
+		done <- r
+	}()
+	<-started
+	// B keeps p (reused) and adds q; C drops p.
+	writeFile(t, h.pfile, "p:\n  module: script://slow\nq:\n  module: script://other\n")
+	if err := h.srv.Reload(context.Background(), "test", false); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, h.pfile, "q:\n  module: script://other\n")
+	if err := h.srv.Reload(context.Background(), "test", false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	slow := l.evals[0].(*scripted)
+	if slow.closed.Load() {
+		t.Fatal("policy closed while the oldest set still runs a request on it")
+	}
+	close(release)
+	if r := <-done; !r.Allowed {
+		t.Fatalf("in-flight request: %+v", r)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slow.closed.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("policy never closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

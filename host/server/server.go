@@ -75,6 +75,11 @@ type Server struct {
 	bg      sync.WaitGroup
 	stop    chan struct{}
 	retired sync.WaitGroup
+	// lastCloser is closed when the most recently retired set has closed
+	// its policies; each retirement waits for the previous one, so a policy
+	// shared by consecutive sets is closed only after every set that used it
+	// drained.
+	lastCloser chan struct{}
 }
 
 type reloadStatus struct {
@@ -165,10 +170,17 @@ func (s *Server) swap(set *policySet, trigger string) {
 		return
 	}
 	old.retire()
+	prev := s.lastCloser
+	done := make(chan struct{})
+	s.lastCloser = done
 	s.retired.Add(1)
 	go func() {
 		defer s.retired.Done()
+		defer close(done)
 		<-old.drained
+		if prev != nil {
+			<-prev
+		}
 		n := closeUnshared(context.Background(), old, set)
 		s.log.Debug("retired policy set", "generation", old.gen, "closed", n, "trigger", trigger)
 	}()
@@ -195,6 +207,9 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
+	if s.closing.Load() {
+		return fmt.Errorf("%w: the server is shutting down", ErrReload)
+	}
 	cfg, src, err := s.o.Reread()
 	fail := func(err error) error {
 		s.m.reloads.WithLabelValues("failure").Inc()
@@ -377,9 +392,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.probe.Shutdown(ctx)
 	}
 	s.bg.Wait()
-	s.retired.Wait()
-	s.reloadMu.Lock()
+	s.reloadMu.Lock() // no reload may swap (and retire a set) from here on
 	defer s.reloadMu.Unlock()
+	// retired sets close their policies once their requests finished; if
+	// the drain timed out, do not wait for requests that never end
+	retiredDone := make(chan struct{})
+	go func() { s.retired.Wait(); close(retiredDone) }()
+	select {
+	case <-retiredDone:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("retired policy sets still busy: %w", ctx.Err()))
+	}
 	if set := s.cur.Load(); set != nil {
 		closeUnshared(ctx, set, nil)
 	}
