@@ -3,7 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"testing"
 	"time"
@@ -109,4 +116,76 @@ func TestServeFlagErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServeSIGHUPReload: SIGHUP reloads policies.yml (with the file watch
+// off, so only the signal can have done it).
+func TestServeSIGHUPReload(t *testing.T) {
+	if len(demo.Names()) != 3 {
+		t.Fatalf("embedded example modules: %v; run `make policies demo-modules`", demo.Names())
+	}
+	dir := t.TempDir()
+	pfile := filepath.Join(dir, "policies.yml")
+	os.WriteFile(pfile, []byte("labels:\n  module: builtin://examples/required-labels\n  settings: {mandatory_labels: [owner]}\n"), 0o644)
+	probe := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := newServeCmd()
+	var out lockedBuffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs([]string{"--policies", pfile, "--watch=false", "--insecure-http", "--addr=127.0.0.1", "--port=0",
+		"--readiness-probe-port=" + strconv.Itoa(probe), "--cache-dir=" + dir + "/cache", "--log-fmt=json"})
+	cmd.SetContext(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	policies := func() string {
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(probe) + "/policies")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitFor := func(want string) {
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(policies(), want) {
+			select {
+			case err := <-done:
+				t.Fatalf("serve exited: %v\n%s", err, out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/policies never showed %s:\n%s\n%s", want, policies(), out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor(`"generation": 1`)
+	os.WriteFile(pfile, []byte("labels2:\n  module: builtin://examples/required-labels\n  settings: {mandatory_labels: [team]}\n"), 0o644)
+	time.Sleep(300 * time.Millisecond)
+	if strings.Contains(policies(), "labels2") {
+		t.Fatal("reloaded without a signal although --watch=false")
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(`"id": "labels2"`)
+	if !strings.Contains(out.String(), `"msg":"configuration reloaded","trigger":"SIGHUP"`) {
+		t.Errorf("no JSON log line for the reload:\n%s", out.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
