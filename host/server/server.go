@@ -259,6 +259,9 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 
 // Start listens on the webhook and probe ports and serves until Shutdown.
 func (s *Server) Start(ctx context.Context) error {
+	if !s.opts.InsecureHTTP && s.o.TLS == nil {
+		return fmt.Errorf("%w: no certificate (give --cert-file/--key-file, or --insecure-http for local use)", ErrTLS)
+	}
 	hookAddr := net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.Port))
 	probeAddr := net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.ReadinessProbePort))
 	var err error
@@ -289,9 +292,6 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	hookLn := s.hookLn
 	if !s.opts.InsecureHTTP {
-		if s.o.TLS == nil {
-			return fmt.Errorf("%w: no certificate (give --cert-file/--key-file, or --insecure-http for local use)", ErrTLS)
-		}
 		hookLn = tls.NewListener(s.hookLn, s.o.TLS)
 	}
 	s.bg.Add(2)
