@@ -42,7 +42,8 @@ policies: tools
 	./scripts/build-policies.sh
 
 # test runs every test: the root module (host, CLI, integration suites) and every submodule.
-test: policies demo-modules test-modules
+test: policies test-modules
+	@$(MAKE) --no-print-directory demo-modules
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 test-modules:
