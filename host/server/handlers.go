@@ -36,6 +36,14 @@ func (k endpointKind) String() string {
 // errOverloaded: no worker became free in time, or the queue is full.
 var errOverloaded = errors.New("server overloaded")
 
+// errThrottled: the policy recently exceeded its deadline or memory limit and
+// already has its one evaluation running.
+var errThrottled = errors.New("throttled: the policy exceeded its time or memory limit recently, so it runs one evaluation at a time")
+
+// throttleWindow is how long a policy stays throttled after an evaluation
+// that hit its deadline or memory limit.
+const throttleWindow = 30 * time.Second
+
 // limiter bounds concurrent evaluations (workers) and the requests waiting
 // for one (queue). A full queue is answered at once instead of growing.
 type limiter struct {
@@ -88,6 +96,7 @@ type decision struct {
 	resp     *admission.Response
 	accepted bool
 	mutated  bool
+	costly   bool // the evaluation hit its deadline or memory limit
 }
 
 func (s *Server) handleValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) {
@@ -133,6 +142,15 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 			admission.Errored(in.uid, http.StatusInternalServerError, fmt.Errorf("policy %s is not loaded: %v", id, e.err)))
 	}
 
+	if e.throttleUntil.Load() > time.Now().UnixNano() {
+		if e.throttled.Add(1) > 1 {
+			e.throttled.Add(-1)
+			d := s.errored(log, e, kind, in, errThrottled)
+			return s.write(w, kind, http.StatusOK, d.resp)
+		}
+		defer e.throttled.Add(-1)
+	}
+
 	waitCtx := r.Context()
 	if err := s.lim.acquire(waitCtx, s.opts.PolicyTimeout, s.m.queued.Add); err != nil {
 		s.m.overloaded.Inc()
@@ -150,6 +168,11 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	elapsed := time.Since(start)
 	s.m.inFlight.Dec()
 	s.lim.release()
+	if d.costly {
+		if e.throttleUntil.Swap(time.Now().Add(throttleWindow).UnixNano()) < time.Now().UnixNano() {
+			log.Warn("policy exceeded its time or memory limit: one evaluation at a time for a while", "window", throttleWindow)
+		}
+	}
 
 	mode := string(e.cfg.Mode)
 	if kind == kindAudit {
@@ -236,6 +259,8 @@ func errorReason(err error) string {
 		return "wrong_type"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
+	case errors.Is(err, errThrottled):
+		return "throttled"
 	}
 	return "other"
 }
@@ -331,13 +356,19 @@ func (s *Server) monitor(log *slog.Logger, cfg *config.Policy, kind endpointKind
 func (s *Server) errored(log *slog.Logger, e *entry, kind endpointKind, in *input, err error) decision {
 	reason := errorReason(err)
 	s.m.evalErrors.WithLabelValues(e.cfg.ID, reason).Inc()
-	log.Warn("evaluation failed", "reason", reason, "error", err)
+	lvl := slog.LevelWarn
+	if reason == "throttled" {
+		lvl = slog.LevelDebug // one line per throttled request would flood the log under attack
+	}
+	log.Log(context.Background(), lvl, "evaluation failed", "reason", reason, "error", err)
 	code := int32(http.StatusInternalServerError)
 	if reason == "wrong_type" {
 		code = http.StatusBadRequest
 	}
 	d := decision{resp: admission.Errored(in.uid, code, fmt.Errorf("policy %s: evaluation failed: %v", e.cfg.ID, err))}
-	return s.monitor(log, &e.cfg, kind, in, d)
+	d = s.monitor(log, &e.cfg, kind, in, d)
+	d.costly = reason == "timeout" || reason == "memory"
+	return d
 }
 
 // evalGroup evaluates a group's expression lazily; rejecting members' verdicts

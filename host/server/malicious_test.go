@@ -152,3 +152,58 @@ mutate-non-object:
 	}
 	t.Logf("good policy answered %d requests during the attack", goodOK)
 }
+
+// TestMisbehavingPolicyThrottled: once a policy hit its deadline, it runs
+// one evaluation at a time, so with 2 workers a burst of requests to it
+// cannot starve the other policies; the extra requests are answered at once.
+func TestMisbehavingPolicyThrottled(t *testing.T) {
+	bad := wasmPath(t, "test/testdata/policies/misbehave")
+	pols := fmt.Sprintf("loop:\n  module: %s\n  settings: {behaviour: loop}\n  timeoutEvalSeconds: 1\nok:\n  module: %s\n  settings: {behaviour: accept}\n", bad, bad)
+	h := start(t, harnessOpts{policies: pols, options: func(o *config.Options) { o.Workers = 2 }})
+	body := reviewFor("l", "CREATE", "default", pod(nil))
+	if _, r := h.review("/validate/loop", body); r.Allowed || !strings.Contains(r.Status.Message, "timed out") {
+		t.Fatalf("first loop request: %+v", r.Status)
+	}
+	type res struct {
+		took time.Duration
+		msg  string
+	}
+	results := make(chan res, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			t0 := time.Now()
+			_, r := h.review("/validate/loop", body)
+			results <- res{time.Since(t0), r.Status.Message}
+		}()
+	}
+	// meanwhile the other policy keeps answering quickly
+	time.Sleep(100 * time.Millisecond)
+	for i := 0; i < 5; i++ {
+		t0 := time.Now()
+		if _, r := h.review("/validate/ok", reviewFor("ok", "CREATE", "default", pod(nil))); !r.Allowed || time.Since(t0) > 500*time.Millisecond {
+			t.Errorf("good policy: allowed=%v after %v", r.Allowed, time.Since(t0))
+		}
+	}
+	throttled, timedOut := 0, 0
+	for i := 0; i < 4; i++ {
+		r := <-results
+		switch {
+		case strings.Contains(r.msg, "throttled"):
+			throttled++
+			if r.took > 500*time.Millisecond {
+				t.Errorf("throttled answer took %v", r.took)
+			}
+		case strings.Contains(r.msg, "timed out"):
+			timedOut++
+		default:
+			t.Errorf("unexpected answer %q", r.msg)
+		}
+	}
+	if timedOut < 1 || throttled < 2 {
+		t.Errorf("%d timed out, %d throttled; want 1-2 evaluations and the rest throttled", timedOut, throttled)
+	}
+	_, metrics := h.get("/metrics")
+	if !strings.Contains(metrics, `tollgate_policy_evaluation_errors_total{policy="loop",reason="throttled"}`) {
+		t.Error("throttled metric missing")
+	}
+}

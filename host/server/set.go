@@ -100,6 +100,12 @@ type entry struct {
 	unit    *unit            // single policy
 	members map[string]*unit // group
 	err     error            // load error (first member error for groups)
+
+	// throttleUntil (unix ns): after an evaluation that hit its deadline or
+	// memory limit, the policy runs one evaluation at a time until then, so
+	// a misbehaving policy cannot occupy every worker.
+	throttleUntil atomic.Int64
+	throttled     atomic.Int32 // evaluations running while throttled
 }
 
 func (e *entry) state() string {
