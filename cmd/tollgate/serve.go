@@ -31,7 +31,7 @@ import (
 
 func newServeCmd() *cobra.Command {
 	o := config.Defaults()
-	var sendDemo bool
+	var sendDemo, demoExit bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve policies as an HTTPS admission webhook (Kubewarden policy-server compatible)",
@@ -51,15 +51,19 @@ requests and exits.`,
   TOLLGATE_WORKERS=4 tollgate serve --policies policies.yml --insecure-http --port 8080`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runServe(cmd, &o, sendDemo)
+			if demoExit && !sendDemo {
+				return errors.New("--demo-exit goes with --demo")
+			}
+			return runServe(cmd, &o, sendDemo, demoExit)
 		},
 	}
 	o.AddFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&sendDemo, "demo", false, "once serving, send one sample request per example policy to the server and print the answers")
+	cmd.Flags().BoolVar(&demoExit, "demo-exit", false, "with --demo: shut down (draining) after printing the answers")
 	return cmd
 }
 
-func runServe(cmd *cobra.Command, o *config.Options, sendDemo bool) error {
+func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) error {
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()
@@ -185,8 +189,14 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo bool) error {
 	}
 
 	if sendDemo {
-		if err := runDemo(cmd.OutOrStdout(), srv.Addr(), o.InsecureHTTP, serverCA); err != nil {
+		err := runDemo(cmd.OutOrStdout(), srv.Addr(), o.InsecureHTTP, serverCA)
+		if err != nil {
 			logger.Error("demo requests failed", "error", err)
+		}
+		if demoExit {
+			sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+			defer cancel()
+			return errors.Join(err, srv.Shutdown(sctx))
 		}
 	}
 

@@ -189,3 +189,21 @@ func freePort(t *testing.T) int {
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
 }
+
+func TestServeDemoExit(t *testing.T) {
+	if len(demo.Names()) != 3 {
+		t.Fatalf("embedded example modules: %v; run `make policies demo-modules`", demo.Names())
+	}
+	dir := t.TempDir()
+	cmd := newServeCmd()
+	var out, errOut lockedBuffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"--addr=127.0.0.1", "--port=0", "--readiness-probe-port=0", "--state-dir=" + dir + "/tls", "--cache-dir=" + dir + "/cache", "--demo", "--demo-exit"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	if !strings.Contains(out.String(), `"uid":"demo-1","allowed":false`) {
+		t.Fatalf("output:\n%s", out.String())
+	}
+}
