@@ -157,18 +157,19 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		w.Header().Set("Retry-After", "1")
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded (%d workers busy, queue full or wait expired): %v", s.opts.Workers, err)
 	}
-	s.m.inFlight.Inc()
 	start := time.Now()
-	var d decision
-	if e.cfg.IsGroup() {
-		d = s.evalGroup(r.Context(), log, e, kind, in)
-	} else {
-		d = s.evalPolicy(r.Context(), log, e, kind, in)
-	}
+	d := func() decision {
+		s.m.inFlight.Inc()
+		defer s.m.inFlight.Dec()
+		defer s.lim.release() // also if an evaluation panics
+		if e.cfg.IsGroup() {
+			return s.evalGroup(r.Context(), log, e, kind, in)
+		}
+		return s.evalPolicy(r.Context(), log, e, kind, in)
+	}()
 	elapsed := time.Since(start)
-	s.m.inFlight.Dec()
-	s.lim.release()
-	if d.costly {
+	// a request the client gave up on is not the policy's fault
+	if d.costly && r.Context().Err() == nil {
 		if e.throttleUntil.Swap(time.Now().Add(throttleWindow).UnixNano()) < time.Now().UnixNano() {
 			log.Warn("policy exceeded its time or memory limit: one evaluation at a time for a while", "window", throttleWindow)
 		}
