@@ -48,6 +48,9 @@ mutate-anything:
   allowedToMutate: true
 broken:
   module: /nonexistent/policy.wasm
+bad-settings:
+  module: %[1]s
+  settings: {mandatory_labels: 3}
 rawp:
   module: script://raw
   allowedToMutate: true
@@ -161,6 +164,8 @@ func TestAdmissionSemantics(t *testing.T) {
 					t.Errorf("code %d", r.Status.Code)
 				}
 			}},
+		{name: "policy whose settings were rejected answers 500", path: "/validate/bad-settings", body: reviewFor("u14b", "CREATE", "default", pod(nil)), wantHTTP: 500,
+			wantMsg: "settings rejected by the policy"},
 		{name: "always-accept namespace", path: "/validate/labels", body: reviewFor("u15", "CREATE", "trusted", pod(nil)), wantHTTP: 200, wantAllowed: true},
 		{name: "always-accept namespace skips even a broken policy", path: "/validate/broken", body: reviewFor("u16", "CREATE", "trusted", pod(nil)), wantHTTP: 200, wantAllowed: true},
 		{name: "group accepted by the first member", path: "/validate/grp", body: reviewFor("u17", "CREATE", "default", pod(owner)), wantHTTP: 200, wantAllowed: true},
@@ -362,7 +367,10 @@ func TestProbeEndpoints(t *testing.T) {
 	if m := byID["labels-monitor"]; m.Mode != "monitor" {
 		t.Errorf("labels-monitor = %+v", m)
 	}
-	if len(pl.Policies) != 12 || pl.Generation != 1 {
+	if b := byID["bad-settings"]; b.State != "failed" || !strings.Contains(b.Error, "settings rejected") {
+		t.Errorf("bad-settings = %+v", b)
+	}
+	if len(pl.Policies) != 13 || pl.Generation != 1 {
 		t.Errorf("%d policies, generation %d", len(pl.Policies), pl.Generation)
 	}
 }
