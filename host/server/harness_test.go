@@ -24,22 +24,19 @@ import (
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
-// repoRoot is the repository root, from this package's directory.
-const repoRoot = "../.."
-
-// wasmPath returns a built policy, failing the test (not skipping) when it
-// is missing: `make policies` builds it.
+// wasmPath returns the absolute path of a built policy, failing the test
+// (not skipping) when it is missing: `make policies` builds it.
 func wasmPath(t testing.TB, dir string) string {
 	t.Helper()
-	p := filepath.Join(repoRoot, dir, "policy.wasm")
+	p := testfixture.Path(dir + "/policy.wasm")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("%s is not built: run `make policies` (%v)", p, err)
 	}
-	abs, _ := filepath.Abs(p)
-	return abs
+	return p
 }
 
 var (
