@@ -109,7 +109,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AlwaysAcceptNamespace, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNamespace, "accept every request in this namespace without evaluating policies")
 	fs.BoolVar(&o.Strict, "strict", o.Strict, "exit at start-up if any policy fails to load (default: serve the others, answer 500 for the failed one)")
 	fs.BoolVar(&o.Watch, "watch", o.Watch, "reload policies.yml when it changes (SIGHUP always reloads)")
-	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "compilation cache and module store (empty: the user cache dir)")
+	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "wazero compilation cache directory (empty: the user cache dir)")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "where a generated certificate and CA are written (empty: the user config dir)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "trace, debug, info, warn or error")
 	fs.StringVar(&o.LogFmt, "log-fmt", o.LogFmt, "text or json")
