@@ -190,7 +190,7 @@ func TestMisbehavingPolicyThrottled(t *testing.T) {
 		switch {
 		case strings.Contains(r.msg, "throttled"):
 			throttled++
-			if r.took > 500*time.Millisecond {
+			if r.took > 800*time.Millisecond {
 				t.Errorf("throttled answer took %v", r.took)
 			}
 		case strings.Contains(r.msg, "timed out"):
