@@ -104,6 +104,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	for _, w := range o.Config.Warnings {
 		s.log.Warn("configuration warning", "warning", w)
 	}
+	s.warnContextAware(o.Config)
 	start := time.Now()
 	set, st := build(ctx, o.Loader, o.Config, s.gen.Add(1), nil)
 	set.source = o.Source
@@ -136,6 +137,22 @@ func (s *Server) certReloadHook() func(ok bool, notAfter time.Time) {
 			s.m.certNotAfter.Set(float64(notAfter.Unix()))
 		} else {
 			s.m.certReloads.WithLabelValues("failure").Inc()
+		}
+	}
+}
+
+// warnContextAware says that Kubernetes host calls are not served yet: a
+// context-aware policy loads, but its kubernetes/* host calls get an error.
+func (s *Server) warnContextAware(cfg *config.Config) {
+	for _, p := range cfg.Policies {
+		n := len(p.ContextAwareResources)
+		if p.Group != nil {
+			for _, m := range p.Group.Members {
+				n += len(m.ContextAwareResources)
+			}
+		}
+		if n > 0 {
+			s.log.Warn("contextAwareResources are not served by this server yet: the policy's kubernetes host calls will fail", "policy", p.ID)
 		}
 	}
 }
@@ -228,6 +245,7 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	for _, w := range cfg.Warnings {
 		s.log.Warn("configuration warning", "warning", w)
 	}
+	s.warnContextAware(cfg)
 	// Server options (ports, TLS, workers) are fixed at start; a reload
 	// changes policies only.
 	cfg.Options = s.opts
