@@ -193,6 +193,7 @@ type harnessOpts struct {
 	tlsCfg   func(h *harness) *tls.Config
 	watch    bool
 	noStart  bool
+	retry    time.Duration // Options.RetryInterval; 0 disables retries in tests
 }
 
 func start(t testing.TB, ho harnessOpts) *harness {
@@ -252,6 +253,10 @@ func start(t testing.TB, ho harnessOpts) *harness {
 		}}
 	if ho.watch {
 		so.WatchFiles = []string{h.pfile}
+	}
+	so.RetryInterval = -1
+	if ho.retry > 0 {
+		so.RetryInterval = ho.retry
 	}
 	srv, err := New(context.Background(), so)
 	if err != nil {

@@ -290,3 +290,44 @@ func TestSharedPolicyClosedAfterAllSetsDrain(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestFailedPolicyRetried: a policy whose module was missing at start is
+// loaded by the periodic retry once the module appears, without a restart,
+// a signal or a change of policies.yml.
+func TestFailedPolicyRetried(t *testing.T) {
+	dir := t.TempDir()
+	late := dir + "/late.wasm"
+	pols := fmt.Sprintf("good:\n  module: %s\n  settings: {mandatory_labels: [owner]}\nlate:\n  module: %s\n  settings: {mandatory_labels: [owner]}\n",
+		wasmPath(t, "examples/required-labels"), late)
+	h := start(t, harnessOpts{policies: pols, retry: 100 * time.Millisecond})
+	body := reviewFor("r", "CREATE", "default", pod(map[string]string{"owner": "x"}))
+	if code, r := h.review("/validate/late", body); code != 500 || r.Allowed {
+		t.Fatalf("late before its module exists: HTTP %d %+v", code, r)
+	}
+	time.Sleep(300 * time.Millisecond) // a few failed retries, with backoff
+	if code, r := h.review("/validate/good", body); code != 200 || !r.Allowed {
+		t.Fatalf("good policy during retries: HTTP %d", code)
+	}
+	b, err := os.ReadFile(wasmPath(t, "examples/required-labels"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(late, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, r := h.review("/validate/late", body)
+		if code == 200 && r.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("late policy never loaded: HTTP %d %+v\n%s", code, r.Status, h.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, metrics := h.get("/metrics")
+	if !strings.Contains(metrics, `tollgate_policy_loaded{policy="late"} 1`) {
+		t.Errorf("late not reported loaded:\n%s", grepLines(metrics, "policy_loaded"))
+	}
+}

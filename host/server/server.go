@@ -50,6 +50,10 @@ type Options struct {
 	// Certs, when set, is the certificate reloader behind TLS; the server
 	// reports its reloads and expiry as metrics.
 	Certs *CertReloader
+	// RetryInterval is the first wait before loading again a configuration
+	// in which some policies failed to load (doubling up to 5 minutes while
+	// they keep failing). Zero means 30 s; negative disables retries.
+	RetryInterval time.Duration
 }
 
 // Server is the admission webhook.
@@ -328,6 +332,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if len(s.o.WatchFiles) > 0 && s.o.Reread != nil {
 		s.watch(ctx)
 	}
+	if s.o.Reread != nil && s.o.RetryInterval >= 0 {
+		s.retryFailed(ctx)
+	}
 	s.ready.Store(true)
 	scheme := "https"
 	if s.opts.InsecureHTTP {
@@ -387,6 +394,43 @@ func (s *Server) watch(ctx context.Context) {
 			case <-debounce:
 				debounce = nil
 				_ = s.Reload(ctx, "file", false)
+			}
+		}
+	}()
+}
+
+// retryFailed reloads the configuration while some of its policies are not
+// loaded (a registry that was down at start, a module not yet published),
+// with exponential backoff, so the server heals without a restart.
+func (s *Server) retryFailed(ctx context.Context) {
+	first := s.o.RetryInterval
+	if first == 0 {
+		first = 30 * time.Second
+	}
+	const maxWait = 5 * time.Minute
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		wait := first
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-s.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if len(s.cur.Load().failed()) == 0 {
+				wait = first
+				continue
+			}
+			if err := s.Reload(ctx, "retry", true); err != nil {
+				wait = min(2*wait, maxWait)
+			} else {
+				wait = first
 			}
 		}
 	}()
