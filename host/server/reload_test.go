@@ -297,7 +297,8 @@ func TestSharedPolicyClosedAfterAllSetsDrain(t *testing.T) {
 func TestFailedPolicyRetried(t *testing.T) {
 	dir := t.TempDir()
 	late := dir + "/late.wasm"
-	pols := fmt.Sprintf("good:\n  module: %s\n  settings: {mandatory_labels: [owner]}\nlate:\n  module: %s\n  settings: {mandatory_labels: [owner]}\n",
+	// "broken" never loads; it must not keep "late" from recovering
+	pols := fmt.Sprintf("good:\n  module: %s\n  settings: {mandatory_labels: [owner]}\nlate:\n  module: %s\n  settings: {mandatory_labels: [owner]}\nbroken:\n  module: /nonexistent/policy.wasm\n",
 		wasmPath(t, "examples/required-labels"), late)
 	h := start(t, harnessOpts{policies: pols, retry: 100 * time.Millisecond})
 	body := reviewFor("r", "CREATE", "default", pod(map[string]string{"owner": "x"}))
@@ -327,7 +328,39 @@ func TestFailedPolicyRetried(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	_, metrics := h.get("/metrics")
-	if !strings.Contains(metrics, `tollgate_policy_loaded{policy="late"} 1`) {
-		t.Errorf("late not reported loaded:\n%s", grepLines(metrics, "policy_loaded"))
+	if !strings.Contains(metrics, `tollgate_policy_loaded{policy="late"} 1`) || !strings.Contains(metrics, `tollgate_policy_loaded{policy="broken"} 0`) {
+		t.Errorf("load states:\n%s", grepLines(metrics, "policy_loaded"))
+	}
+	// later retries that change nothing do not swap the set
+	gen := h.srv.cur.Load().gen
+	time.Sleep(800 * time.Millisecond)
+	if g := h.srv.cur.Load().gen; g != gen {
+		t.Errorf("generation moved from %d to %d on retries that changed nothing", gen, g)
+	}
+	_, metrics = h.get("/metrics")
+	if !strings.Contains(metrics, `tollgate_config_reloads_total{outcome="unchanged"}`) {
+		t.Errorf("no unchanged retries counted:\n%s", grepLines(metrics, "reloads_total"))
+	}
+}
+
+// TestReloadFixesOnePolicyWhileAnotherStaysBroken: a reload that fixes a
+// policy is applied although another policy is still failing as before.
+func TestReloadFixesOnePolicyWhileAnotherStaysBroken(t *testing.T) {
+	labels := wasmPath(t, "examples/required-labels")
+	h := start(t, harnessOpts{policies: "a:\n  module: /nonexistent/a.wasm\nb:\n  module: /nonexistent/b.wasm\n"})
+	writeFile(t, h.pfile, fmt.Sprintf("a:\n  module: %s\n  settings: {mandatory_labels: [owner]}\nb:\n  module: /nonexistent/b.wasm\n", labels))
+	if err := h.srv.Reload(context.Background(), "test", false); err != nil {
+		t.Fatalf("reload fixing a: %v", err)
+	}
+	if code, r := h.review("/validate/a", reviewFor("a", "CREATE", "default", pod(map[string]string{"owner": "x"}))); code != 200 || !r.Allowed {
+		t.Fatalf("a after the fix: HTTP %d", code)
+	}
+	if code, _ := h.review("/validate/b", reviewFor("b", "CREATE", "default", pod(nil))); code != 500 {
+		t.Fatalf("b: HTTP %d, want 500", code)
+	}
+	// breaking a again is rejected: a reload may not make things worse
+	writeFile(t, h.pfile, "a:\n  module: /nonexistent/a.wasm\nb:\n  module: /nonexistent/b.wasm\n")
+	if err := h.srv.Reload(context.Background(), "test", false); err == nil || !strings.Contains(err.Error(), "policy a") {
+		t.Fatalf("reload breaking a: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -220,8 +221,9 @@ func (s *Server) acquire() *policySet {
 }
 
 // Reload rebuilds the policy set from Options.Reread and swaps it in. An
-// invalid configuration, or one where any policy fails to load, is rejected
-// and the current set keeps serving. force reloads an unchanged file too.
+// invalid configuration, or one where a policy fails to load that is loaded
+// (or absent) in the serving set, is rejected and the current set keeps
+// serving. force reloads an unchanged file too.
 func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	if s.o.Reread == nil {
 		return fmt.Errorf("%w: reloading is not configured", ErrReload)
@@ -258,13 +260,25 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	set.source = src
 	s.m.loadDuration.Observe(time.Since(start).Seconds())
 	s.countLoads(st)
-	if failed := set.failed(); len(failed) > 0 {
-		closeUnshared(ctx, set, cur)
-		var errs []error
-		for _, id := range failed {
+	// A reload must not make anything worse: it is rejected when a policy
+	// fails to load that the serving set has loaded, or does not have.
+	// Policies that were already failing may keep failing (so fixing one
+	// policy is not blocked by another that is still broken).
+	var errs []error
+	for _, id := range set.failed() {
+		if old, ok := cur.entries[id]; !ok || old.err == nil {
 			errs = append(errs, fmt.Errorf("policy %s: %w", id, set.entries[id].err))
 		}
+	}
+	if len(errs) > 0 {
+		closeUnshared(ctx, set, cur)
 		return fail(errors.Join(errs...))
+	}
+	// A forced reload (SIGHUP, retry) of the same file that loaded nothing
+	// new and fails the same policies changes nothing: keep the serving set.
+	if st.loaded == 0 && src != nil && bytes.Equal(src, cur.source) && slices.Equal(set.failed(), cur.failed()) {
+		s.m.reloads.WithLabelValues("unchanged").Inc()
+		return nil
 	}
 	if ctx.Err() != nil {
 		closeUnshared(ctx, set, cur)
@@ -427,7 +441,8 @@ func (s *Server) retryFailed(ctx context.Context) {
 				wait = first
 				continue
 			}
-			if err := s.Reload(ctx, "retry", true); err != nil {
+			_ = s.Reload(ctx, "retry", true)
+			if len(s.cur.Load().failed()) > 0 {
 				wait = min(2*wait, maxWait)
 			} else {
 				wait = first
