@@ -290,3 +290,52 @@ func TestInsecureHTTP(t *testing.T) {
 		t.Fatal("not allowed")
 	}
 }
+
+// TestClientCARotation: replacing --client-ca-file switches which client
+// certificates are accepted, without a restart.
+func TestClientCARotation(t *testing.T) {
+	dir := t.TempDir()
+	caA, issueA := newCA(t, dir, "a")
+	caB, issueB := newCA(t, dir, "b")
+	caFile := filepath.Join(dir, "client-ca.pem")
+	copyFile := func(src string) {
+		b, _ := os.ReadFile(src)
+		os.WriteFile(caFile+".tmp", b, 0o644)
+		os.Rename(caFile+".tmp", caFile)
+	}
+	copyFile(caA)
+	h := start(t, harnessOpts{policies: okPolicies, loader: acceptAll(t), tlsCfg: func(h *harness) *tls.Config {
+		cr, err := NewCertReloader(h.certs.CertFile, h.certs.KeyFile, caFile, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr.Watch(context.Background(), 100*time.Millisecond)
+		t.Cleanup(cr.Close)
+		return cr.TLSConfig()
+	}})
+	certA, keyA := issueA("client-a", true)
+	certB, keyB := issueB("client-b", true)
+	try := func(certFile, keyFile string) error {
+		pair, _ := tls.LoadX509KeyPair(certFile, keyFile)
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: h.ca, Certificates: []tls.Certificate{pair}}}}
+		resp, err := c.Post(h.base+"/validate/ok", "application/json", strings.NewReader(string(reviewFor("c", "CREATE", "d", pod(nil)))))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if try(certA, keyA) != nil || try(certB, keyB) == nil {
+		t.Fatal("before rotation: want A accepted, B refused")
+	}
+	copyFile(caB)
+	deadline := time.Now().Add(5 * time.Second)
+	for try(certB, keyB) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("new client CA not used within 5s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if try(certA, keyA) == nil {
+		t.Fatal("old client CA still accepted after rotation")
+	}
+}
