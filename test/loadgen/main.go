@@ -351,6 +351,8 @@ func suite(args []string) error {
 	conc := fs.Int("concurrency", 32, "closed-loop concurrency")
 	rates := fs.String("rates", "1000,3000", "open-loop arrival rates")
 	skip50 := fs.Bool("skip-50", false, "skip the 50-policy measurements")
+	extra := fs.String("serve-args", "", "extra arguments for tollgate serve, space-separated (e.g. \"--workers 4\")")
+	only := fs.String("only", "", "run only the scenarios whose name contains this")
 	fs.Parse(args)
 
 	if _, err := os.Stat(*tollgate); err != nil {
@@ -407,6 +409,9 @@ func suite(args []string) error {
 	fmt.Println(head)
 	fmt.Println(sep)
 	for _, sc := range scenarios {
+		if *only != "" && !strings.Contains(sc.name, *only) {
+			continue
+		}
 		port, probe := freePort(), freePort()
 		var p *proc
 		if sc.native {
@@ -416,8 +421,8 @@ func suite(args []string) error {
 				return err
 			}
 		} else {
-			p, _, err = startProc(*tollgate, []string{"serve", "--addr", "127.0.0.1", "--port", strconv.Itoa(port), "--readiness-probe-port", strconv.Itoa(probe),
-				"--cert-file", certs.CertFile, "--key-file", certs.KeyFile, "--cache-dir", cache, "--log-level", "warn"},
+			p, _, err = startProc(*tollgate, append([]string{"serve", "--addr", "127.0.0.1", "--port", strconv.Itoa(port), "--readiness-probe-port", strconv.Itoa(probe),
+				"--cert-file", certs.CertFile, "--key-file", certs.KeyFile, "--cache-dir", cache, "--log-level", "warn"}, strings.Fields(*extra)...),
 				"http://127.0.0.1:"+strconv.Itoa(probe)+"/readiness")
 			if err != nil {
 				return err
