@@ -179,6 +179,11 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if o.Watch && !cfg.Embedded {
 		so.WatchFiles = []string{o.PoliciesPath}
 	}
+	// signals are caught before the server is reachable: a SIGHUP must never
+	// meet the default action (exit)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	srv, err := server.New(ctx, so)
 	if err != nil {
 		return err
@@ -200,9 +205,6 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		}
 	}
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case sig := <-sigs:
