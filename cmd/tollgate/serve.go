@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -184,7 +185,36 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	srv, err := server.New(ctx, so)
+	// Ctrl-C or SIGTERM while the policies load stops the loading.
+	loadCtx, cancelLoad := context.WithCancel(ctx)
+	defer cancelLoad()
+	loaded := make(chan struct{})
+	var interrupted atomic.Bool
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		for {
+			select {
+			case sig := <-sigs:
+				if sig != syscall.SIGHUP {
+					interrupted.Store(true)
+					cancelLoad()
+					return
+				}
+			case <-loaded:
+				return
+			}
+		}
+	}()
+	srv, err := server.New(loadCtx, so)
+	close(loaded)
+	<-watcherDone // a signal it took is seen below, not lost
+	if interrupted.Load() {
+		if srv != nil {
+			srv.Shutdown(context.Background())
+		}
+		return errors.New("interrupted while loading the policies")
+	}
 	if err != nil {
 		return err
 	}
