@@ -224,7 +224,7 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	}
 
 	if sendDemo {
-		err := runDemo(cmd.OutOrStdout(), srv.Addr(), o.InsecureHTTP, serverCA)
+		err := runDemo(cmd.OutOrStdout(), srv.Addr(), o.InsecureHTTP, serverCA, demoExit)
 		if err != nil {
 			logger.Error("demo requests failed", "error", err)
 		}
@@ -376,7 +376,7 @@ func resolveWith(r *module.Resolver, src config.Sources) server.ResolverFunc {
 }
 
 // runDemo sends the sample requests to the server and prints the answers.
-func runDemo(w io.Writer, addr string, plain bool, caFile string) error {
+func runDemo(w io.Writer, addr string, plain bool, caFile string, exiting bool) error {
 	host, port, _ := net.SplitHostPort(addr)
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
@@ -422,7 +422,16 @@ func runDemo(w io.Writer, addr string, plain bool, caFile string) error {
 	if !plain {
 		cacert = " --cacert " + caFile
 	}
-	fmt.Fprintf(w, "\nTry it yourself:\n  curl%s -H 'Content-Type: application/json' --data '%s' %s/validate_raw/raw-validation\n\n",
-		cacert, `{"request":{"user":"mallory","action":"get","resource":"secrets/db"}}`, base)
+	intro := "Try it yourself:"
+	if exiting {
+		// this server is about to stop: point at the one `tollgate serve` starts
+		intro = "Try it yourself: run `tollgate serve`, then:"
+		base = "https://127.0.0.1:3000"
+		if plain {
+			base = "http://127.0.0.1:3000"
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n  curl%s -H 'Content-Type: application/json' --data '%s' %s/validate_raw/raw-validation\n\n",
+		intro, cacert, `{"request":{"user":"mallory","action":"get","resource":"secrets/db"}}`, base)
 	return nil
 }
