@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,6 +209,9 @@ func (c *Client) classify(ref Reference, op string, err error) error {
 	}
 	for _, s := range []error{ErrNotWasm, ErrTooLarge, ErrDigestMismatch, ErrIncomplete, ErrNotInStore, ErrInvalidModule, ErrUnannotated} {
 		if errors.Is(err, s) {
+			if !strings.Contains(err.Error(), ref.String()) {
+				return fmt.Errorf("%s %s: %w", op, ref, err)
+			}
 			return err
 		}
 	}
@@ -227,6 +231,9 @@ func (c *Client) classify(ref Reference, op string, err error) error {
 	case isCertError(err):
 		return fmt.Errorf("%w: %s %s: %v: add a CA for %q under source_authorities, or list it in insecure_sources, in sources.yml (--sources-path)",
 			ErrUntrustedCertificate, op, ref, err, host)
+	case errors.Is(err, http.ErrSchemeMismatch):
+		return fmt.Errorf("%w: %s %s: registry %s speaks plain HTTP: list it in insecure_sources in sources.yml (--sources-path) to allow that: %v",
+			ErrUnreachable, op, ref, host, err)
 	case isNetError(err):
 		return fmt.Errorf("%w: %s %s: cannot reach registry %s: %v", ErrUnreachable, op, ref, host, err)
 	}

@@ -38,6 +38,9 @@ func (c *Client) pull(ctx context.Context, ref Reference, progress io.Writer) (S
 	if err != nil {
 		return StoreEntry{}, c.classify(ref, "pull", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return StoreEntry{}, err
+	}
 	m, err := parseManifest(raw, mdesc.MediaType, ref.String())
 	if err != nil {
 		return StoreEntry{}, err

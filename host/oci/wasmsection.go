@@ -61,4 +61,3 @@ func customSection(wasm []byte, name string) ([]byte, bool, error) {
 	}
 	return nil, false, nil
 }
-
