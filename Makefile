@@ -1,10 +1,12 @@
-# tollgate — see README.md. Every target is idempotent; tools are cached under .cache/ keyed by version.
+# tollgate — see README.md. Every target is idempotent; tools are cached outside the repository
+# (shared by every clone on the machine), keyed by version: see scripts/install-tools.sh.
 SHELL := /bin/bash
 GO ?= go
-TOOLS_DIR ?= $(CURDIR)/.cache/tools
+TOOLS_DIR ?= $(or $(TOLLGATE_TOOLS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tollgate/tools)
 TINYGO_VERSION ?= 0.41.1
 TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
-export TINYGO
+TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
+export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
 .PHONY: all build policies test bench check tools clean
 

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/module"
+	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/wasm"
+)
+
+// runtimeFlags are shared by every command that loads a module.
+type runtimeFlags struct {
+	cacheDir    string
+	noCache     bool
+	timeout     time.Duration
+	memoryLimit uint64
+	logLevel    string
+}
+
+func (f *runtimeFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.cacheDir, "cache-dir", "", "compilation cache directory (default "+wasm.DefaultCacheDir()+")")
+	cmd.Flags().BoolVar(&f.noCache, "no-cache", false, "do not use the on-disk compilation cache")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", policy.DefaultTimeout, "evaluation deadline")
+	cmd.Flags().Uint64Var(&f.memoryLimit, "memory-limit", wasm.DefaultMemoryLimit, "linear-memory cap per instance, in bytes")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level of policy logs on stderr: debug, info, warn, error")
+}
+
+func (f *runtimeFlags) logger() *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(f.logLevel))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+func (f *runtimeFlags) newHost(ctx context.Context) (*policy.Host, error) {
+	return policy.NewHost(ctx, policy.HostOptions{CacheDir: f.cacheDir, DisableCache: f.noCache, Logger: f.logger()})
+}
+
+// newResolver is the module resolver every command uses. Other schemes
+// (registry://, builtin://) are added by their packages' init hooks.
+func newResolver() *module.Resolver {
+	r := &module.Resolver{}
+	for _, hook := range resolverHooks {
+		hook(r)
+	}
+	return r
+}
+
+// resolverHooks let optional subsystems (OCI, built-in modules) plug into newResolver.
+var resolverHooks []func(*module.Resolver)
+
+// inputFlags are the request and settings flags of run and bench (kwctl's names).
+type inputFlags struct {
+	requestPath  string
+	settingsPath string
+	settingsJSON string
+	raw          bool
+}
+
+func (f *inputFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&f.requestPath, "request-path", "r", "", "AdmissionReview or AdmissionRequest JSON file (- for stdin); with --raw any JSON")
+	cmd.Flags().StringVarP(&f.settingsPath, "settings-path", "s", "", "settings file (YAML or JSON)")
+	cmd.Flags().StringVar(&f.settingsJSON, "settings-json", "", "settings as a JSON string")
+	cmd.Flags().BoolVar(&f.raw, "raw", false, "the request is raw JSON (for policyType: raw policies)")
+	_ = cmd.MarkFlagRequired("request-path")
+	cmd.MarkFlagsMutuallyExclusive("settings-path", "settings-json")
+}
+
+func (f *inputFlags) settings() (json.RawMessage, error) {
+	switch {
+	case f.settingsJSON != "":
+		if err := admission.CheckJSON([]byte(f.settingsJSON)); err != nil {
+			return nil, fmt.Errorf("--settings-json: %w", err)
+		}
+		return json.RawMessage(f.settingsJSON), nil
+	case f.settingsPath != "":
+		b, err := os.ReadFile(f.settingsPath)
+		if err != nil {
+			return nil, fmt.Errorf("settings: %w", err)
+		}
+		j, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return nil, fmt.Errorf("settings file %s: %w", f.settingsPath, err)
+		}
+		return j, nil
+	}
+	return nil, nil
+}
+
+func (f *inputFlags) request(stdin io.Reader) ([]byte, error) {
+	var b []byte
+	var err error
+	name := f.requestPath
+	if name == "-" {
+		name = "standard input"
+		b, err = io.ReadAll(stdin)
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if err := admission.CheckJSON(b); err != nil {
+		return nil, fmt.Errorf("request %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// prepared is a loaded policy with its parsed input, ready to evaluate.
+type prepared struct {
+	host   *policy.Host
+	policy *policy.Policy
+	req    *admission.Request // nil for raw
+	raw    []byte             // raw request
+	uid    string
+}
+
+func (p *prepared) close(ctx context.Context) {
+	p.policy.Close(ctx)
+	_ = p.host.Close(ctx)
+}
+
+func (p *prepared) evaluate(ctx context.Context) (*policy.Result, error) {
+	if p.req != nil {
+		return p.policy.Evaluate(ctx, p.req)
+	}
+	return p.policy.ValidateRaw(ctx, p.raw)
+}
+
+// prepare loads the module and parses the input of run and bench.
+func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags, rt *runtimeFlags, poolSize int) (*prepared, error) {
+	settings, err := in.settings()
+	if err != nil {
+		return nil, err
+	}
+	reqBytes, err := in.request(cmd.InOrStdin())
+	if err != nil {
+		return nil, err
+	}
+	m, err := newResolver().Resolve(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	h, err := rt.newHost(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := h.Load(ctx, policy.Spec{
+		ID: uri, Module: m.Wasm, Settings: settings,
+		Timeout: rt.timeout, MemoryLimitBytes: rt.memoryLimit, PoolSize: poolSize,
+	})
+	if err != nil {
+		_ = h.Close(ctx)
+		return nil, err
+	}
+	out := &prepared{host: h, policy: p}
+	if in.raw || p.Metadata().IsRaw() {
+		out.raw = unwrapRaw(reqBytes)
+		var u struct {
+			UID string `json:"uid"`
+		}
+		_ = json.Unmarshal(out.raw, &u)
+		out.uid = u.UID
+		return out, nil
+	}
+	req, err := admission.ParseReview(reqBytes)
+	if err != nil {
+		out.close(ctx)
+		return nil, fmt.Errorf("request %s: %w (use --raw for a raw policy)", in.requestPath, err)
+	}
+	out.req, out.uid = req, req.UID
+	return out, nil
+}
+
+// unwrapRaw accepts the validate_raw body form {"request": X} as well as X itself.
+func unwrapRaw(b []byte) []byte {
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(b, &env); err == nil && len(env) == 1 {
+		if r, ok := env["request"]; ok {
+			return bytes.TrimSpace(r)
+		}
+	}
+	return bytes.TrimSpace(b)
+}
+
+// printData prints v as compact JSON (format ""), indented JSON or YAML.
+func printData(w io.Writer, format string, v any) error {
+	switch format {
+	case "", "compact":
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(w, string(b))
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return fmt.Errorf("unknown output format %q (want json or yaml)", format)
+}
+
+func checkFormat(format string, allowed ...string) error {
+	for _, a := range allowed {
+		if format == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("-o: unknown output format %q (want %v)", format, allowed)
+}

@@ -1,0 +1,26 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tollgate",
+		Short: "Run Kubernetes admission policies compiled to WebAssembly",
+		Long: `tollgate runs Kubernetes admission policies compiled to WebAssembly
+(Kubewarden-compatible waPC modules): evaluate them from the command line,
+benchmark them, annotate and inspect their metadata, and serve them as an
+HTTPS admission webhook.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newRunCmd(),
+		newBenchCmd(),
+		newInspectCmd(),
+		newAnnotateCmd(),
+		newVersionCmd(),
+	)
+	return root
+}

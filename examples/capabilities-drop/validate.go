@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	kubewarden "github.com/kubewarden/policy-sdk-go"
+	"github.com/kubewarden/policy-sdk-go/protocol"
+)
+
+// droppedCapability is the capability added to the drop list of every container that adds
+// capabilities.
+const droppedCapability = "BPF"
+
+// containerFields are the fields of a PodSpec holding containers, in the order they are visited.
+var containerFields = []string{"containers", "initContainers", "ephemeralContainers"}
+
+// validate mutates a Pod whose containers add capabilities so that they also drop BPF.
+//
+// The object is handled as generic JSON (numbers kept as json.Number) rather than through the
+// typed k8s-objects structs: those drop unknown fields and `false` booleans when they are encoded
+// again, which would turn into spurious JSONPatch operations. Here the only difference between
+// the request object and mutated_object is the added "BPF".
+func validate(payload []byte) ([]byte, error) {
+	var req protocol.ValidationRequest
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return kubewarden.RejectRequest(
+			kubewarden.Message(fmt.Sprintf("cannot decode the validation request: %v", err)),
+			kubewarden.Code(400))
+	}
+	if req.Request.Kind.Kind != "Pod" || isNull(req.Request.Object) {
+		// Not a Pod, or a DELETE (no object): nothing to mutate.
+		return kubewarden.AcceptRequest()
+	}
+
+	var pod map[string]interface{}
+	dec := json.NewDecoder(bytes.NewReader(req.Request.Object))
+	dec.UseNumber()
+	if err := dec.Decode(&pod); err != nil {
+		return kubewarden.RejectRequest(
+			kubewarden.Message(fmt.Sprintf("cannot decode the Pod: %v", err)),
+			kubewarden.Code(400))
+	}
+	if !dropFromPod(pod) {
+		return kubewarden.AcceptRequest()
+	}
+	return kubewarden.MutateRequest(pod)
+}
+
+// dropFromPod adds droppedCapability to every container of pod that adds capabilities and does
+// not drop it already. It reports whether pod changed.
+func dropFromPod(pod map[string]interface{}) bool {
+	spec, _ := pod["spec"].(map[string]interface{})
+	changed := false
+	for _, field := range containerFields {
+		containers, _ := spec[field].([]interface{})
+		for _, c := range containers {
+			container, _ := c.(map[string]interface{})
+			if dropFromContainer(container) {
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+func dropFromContainer(container map[string]interface{}) bool {
+	securityContext, _ := container["securityContext"].(map[string]interface{})
+	capabilities, _ := securityContext["capabilities"].(map[string]interface{})
+	add, _ := capabilities["add"].([]interface{})
+	if len(add) == 0 {
+		return false
+	}
+	drop, _ := capabilities["drop"].([]interface{})
+	for _, d := range drop {
+		if d == droppedCapability {
+			return false
+		}
+	}
+	capabilities["drop"] = append(drop, droppedCapability)
+	return true
+}
+
+func isNull(raw json.RawMessage) bool {
+	trimmed := bytes.TrimSpace(raw)
+	return len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null"))
+}

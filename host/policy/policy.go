@@ -1,0 +1,313 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/metadata"
+	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/sdk/protocol"
+)
+
+var (
+	// ErrInvalidSettings: the policy rejected its settings (the message is the policy's).
+	ErrInvalidSettings = errors.New("settings rejected by the policy")
+	// ErrSettingsNotObject: settings must be a JSON object (or empty).
+	ErrSettingsNotObject = errors.New("settings must be a JSON object")
+	// ErrInvalidResponse: the policy answered something that is not a valid ValidationResponse.
+	ErrInvalidResponse = errors.New("invalid policy response")
+	// ErrUnsupportedModule: the module's execution mode is not one tollgate runs.
+	ErrUnsupportedModule = errors.New("unsupported policy module")
+	// ErrNotRaw / ErrRaw: a raw request to a Kubernetes policy, or the reverse.
+	ErrWrongPolicyType = errors.New("wrong request type for this policy")
+)
+
+// DefaultTimeout bounds one evaluation when Spec.Timeout is zero.
+const DefaultTimeout = 2 * time.Second
+
+// DefaultMaxResponseBytes caps a policy's answer.
+const DefaultMaxResponseBytes = 16 << 20
+
+// HostOptions configure a Host.
+type HostOptions struct {
+	// CacheDir is the compilation cache directory ("" = user cache dir).
+	CacheDir string
+	// DisableCache turns the on-disk compilation cache off.
+	DisableCache bool
+	// Logger receives policy logs (with the policy id) and guest output.
+	Logger *slog.Logger
+}
+
+// Host loads policies. Policies whose modules have the same digest and memory
+// limit share one compiled module. A Host is safe for concurrent use.
+type Host struct {
+	engine *wasm.Engine
+	logger *slog.Logger
+}
+
+// NewHost creates a Host.
+func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e, err := wasm.NewEngine(ctx, wasm.Config{CacheDir: o.CacheDir, DisableCache: o.DisableCache, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Host{engine: e, logger: logger}, nil
+}
+
+// Modules is how many distinct compiled modules the host holds (policies
+// sharing a module digest and memory limit share one).
+func (h *Host) Modules() int { return h.engine.Modules() }
+
+// CacheDir is the compilation cache in use ("" when disabled).
+func (h *Host) CacheDir() string { return h.engine.CacheDir() }
+
+// Close releases all compiled modules. Close policies first.
+func (h *Host) Close(ctx context.Context) error { return h.engine.Close(ctx) }
+
+// Spec describes a policy to load.
+type Spec struct {
+	// ID names the policy in logs and errors.
+	ID string
+	// Module is the Wasm module.
+	Module []byte
+	// Settings is the policy's settings as JSON (null, empty and {} are all {}).
+	Settings json.RawMessage
+	// Timeout bounds one evaluation (DefaultTimeout when zero).
+	Timeout time.Duration
+	// MemoryLimitBytes caps each instance's linear memory (wasm.DefaultMemoryLimit when zero).
+	MemoryLimitBytes uint64
+	// PoolSize is the most instances kept (GOMAXPROCS when zero).
+	PoolSize int
+	// MaxResponseBytes caps the policy's answer (DefaultMaxResponseBytes when zero).
+	MaxResponseBytes int
+	// HostCalls answers host calls other than logging. Nil answers them with an error.
+	HostCalls wasm.HostCallHandler
+}
+
+// Policy is a loaded policy, safe for concurrent evaluations.
+type Policy struct {
+	id       string
+	md       *metadata.Metadata
+	mod      *wasm.Module
+	pool     *wasm.Pool
+	settings json.RawMessage
+	timeout  time.Duration
+	maxResp  int
+	hostCall wasm.HostCallHandler
+	logger   *slog.Logger
+}
+
+// Load compiles the module (or reuses it), starts an instance, and validates
+// the settings with the policy's validate_settings.
+func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
+	md, err := metadata.Read(s.Module)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+	}
+	if md != nil && md.Mode() != metadata.ExecutionModeWapc {
+		return nil, fmt.Errorf("policy %s: %w: executionMode %q is not supported (tollgate runs %q modules)", s.ID, ErrUnsupportedModule, md.Mode(), metadata.ExecutionModeWapc)
+	}
+	settings, err := NormalizeSettings(s.Settings)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+	}
+	mod, err := h.engine.Compile(ctx, s.Module, wasm.ModuleConfig{MemoryLimitBytes: s.MemoryLimitBytes})
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+	}
+	size := s.PoolSize
+	if size <= 0 {
+		size = runtime.GOMAXPROCS(0)
+	}
+	p := &Policy{
+		id: s.ID, md: md, mod: mod, settings: settings,
+		timeout: s.Timeout, maxResp: s.MaxResponseBytes, hostCall: s.HostCalls,
+		logger: h.logger.With("policy", s.ID),
+	}
+	if p.timeout <= 0 {
+		p.timeout = DefaultTimeout
+	}
+	if p.maxResp <= 0 {
+		p.maxResp = DefaultMaxResponseBytes
+	}
+	pool, err := mod.NewPool(p.withHostCalls(ctx), size)
+	if err != nil {
+		mod.Release()
+		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+	}
+	p.pool = pool
+	if err := p.validateSettings(ctx); err != nil {
+		p.Close(ctx)
+		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+	}
+	return p, nil
+}
+
+// NormalizeSettings turns null, empty and {} into {} and rejects non-objects.
+func NormalizeSettings(s json.RawMessage) (json.RawMessage, error) {
+	t := bytes.TrimSpace(s)
+	if len(t) == 0 || string(t) == "null" {
+		return json.RawMessage(`{}`), nil
+	}
+	if err := admission.CheckJSON(t); err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
+	if t[0] != '{' {
+		return nil, fmt.Errorf("%w, got %.40s", ErrSettingsNotObject, t)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, t); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func (p *Policy) validateSettings(ctx context.Context) error {
+	out, err := p.pool.Call(p.withHostCalls(ctx), p.timeout, "validate_settings", p.settings)
+	if err != nil {
+		return fmt.Errorf("validate_settings: %w", err)
+	}
+	var r protocol.SettingsValidationResponse
+	if err := json.Unmarshal(out, &r); err != nil {
+		return fmt.Errorf("validate_settings: %w: %v (answer %.120q)", ErrInvalidResponse, err, out)
+	}
+	if !r.Valid {
+		msg := "no reason given"
+		if r.Message != nil && *r.Message != "" {
+			msg = *r.Message
+		}
+		return fmt.Errorf("%w: %s", ErrInvalidSettings, msg)
+	}
+	return nil
+}
+
+// ID is the policy's id.
+func (p *Policy) ID() string { return p.id }
+
+// Metadata is the module's metadata (nil when it has none).
+func (p *Policy) Metadata() *metadata.Metadata { return p.md }
+
+// Digest is the module's sha256 digest.
+func (p *Policy) Digest() string { return p.mod.Digest() }
+
+// Settings is the normalized settings JSON.
+func (p *Policy) Settings() json.RawMessage { return p.settings }
+
+// Timeout is the evaluation deadline.
+func (p *Policy) Timeout() time.Duration { return p.timeout }
+
+// Instances is how many instances are alive now, and the most the pool keeps.
+func (p *Policy) Instances() (live, size int) { return p.pool.Live(), p.pool.Size() }
+
+// Close stops the policy's instances and releases its module.
+func (p *Policy) Close(ctx context.Context) {
+	p.pool.Close(ctx)
+	p.mod.Release()
+}
+
+// Result is a policy's answer to one request.
+type Result struct {
+	Response protocol.ValidationResponse
+	// Patch is the RFC 6902 JSONPatch from the request object to
+	// mutated_object, nil when the policy did not mutate.
+	Patch []byte
+	// Duration is the whole evaluation: encoding, the guest call, decoding and diff.
+	Duration time.Duration
+	// GuestDuration is the part spent in the guest call (waiting for an instance included).
+	GuestDuration time.Duration
+}
+
+// Verdict converts the result for admission.FromVerdict.
+func (r *Result) Verdict() admission.Verdict {
+	v := admission.Verdict{
+		Accepted: r.Response.Accepted, Patch: r.Patch,
+		Warnings: r.Response.Warnings, AuditAnnotations: r.Response.AuditAnnotations,
+	}
+	if r.Response.Message != nil {
+		v.Message = *r.Response.Message
+	}
+	if r.Response.Code != nil {
+		v.Code = int32(*r.Response.Code)
+	}
+	return v
+}
+
+// Evaluate runs a parsed AdmissionRequest through a Kubernetes policy.
+func (p *Policy) Evaluate(ctx context.Context, req *admission.Request) (*Result, error) {
+	if p.md.IsRaw() {
+		return nil, fmt.Errorf("policy %s: %w: it is a raw policy (policyType: raw); send the request to the raw endpoint", p.id, ErrWrongPolicyType)
+	}
+	return p.evaluate(ctx, req.Raw, req.Object)
+}
+
+// Validate parses an AdmissionRequest (or AdmissionReview) and evaluates it.
+func (p *Policy) Validate(ctx context.Context, request []byte) (*Result, error) {
+	req, err := admission.ParseReview(request)
+	if err != nil {
+		return nil, err
+	}
+	return p.Evaluate(ctx, req)
+}
+
+// ValidateRaw runs any JSON request through a policy. Raw policies get no
+// mutation diff: their mutated_object is returned as is.
+func (p *Policy) ValidateRaw(ctx context.Context, request []byte) (*Result, error) {
+	if err := admission.CheckJSON(request); err != nil {
+		return nil, err
+	}
+	return p.evaluate(ctx, request, nil)
+}
+
+func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result, error) {
+	start := time.Now()
+	payload := make([]byte, 0, len(request)+len(p.settings)+26)
+	payload = append(payload, `{"request":`...)
+	payload = append(payload, request...)
+	payload = append(payload, `,"settings":`...)
+	payload = append(payload, p.settings...)
+	payload = append(payload, '}')
+
+	callStart := time.Now()
+	out, err := p.pool.Call(p.withHostCalls(ctx), p.timeout, "validate", payload)
+	guest := time.Since(callStart)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", p.id, err)
+	}
+	if len(out) > p.maxResp {
+		return nil, fmt.Errorf("policy %s: %w: the answer is %d bytes, the limit is %d", p.id, ErrInvalidResponse, len(out), p.maxResp)
+	}
+	res := &Result{GuestDuration: guest}
+	defer func() { res.Duration = time.Since(start) }()
+	if err := json.Unmarshal(out, &res.Response); err != nil {
+		return nil, fmt.Errorf("policy %s: %w: not a ValidationResponse: %v (answer %.120q)", p.id, ErrInvalidResponse, err, out)
+	}
+	if mo := bytes.TrimSpace(res.Response.MutatedObject); len(mo) > 0 && string(mo) != "null" {
+		if mo[0] != '{' {
+			return nil, fmt.Errorf("policy %s: %w: mutated_object must be a JSON object, got %.60s", p.id, ErrInvalidResponse, mo)
+		}
+		if !res.Response.Accepted {
+			return nil, fmt.Errorf("policy %s: %w: a rejection must not carry a mutated_object", p.id, ErrInvalidResponse)
+		}
+		if object != nil {
+			patch, err := admission.Diff(object, mo)
+			if err != nil {
+				return nil, fmt.Errorf("policy %s: %w: mutated_object: %v", p.id, ErrInvalidResponse, err)
+			}
+			res.Patch = patch
+		}
+	} else {
+		res.Response.MutatedObject = nil
+	}
+	return res, nil
+}

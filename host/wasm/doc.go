@@ -1,0 +1,15 @@
+// Package wasm runs waPC guest modules on wazero (compiler engine) through
+// wapc-go: it compiles modules (with wazero's on-disk compilation cache), keeps
+// pools of instances, and bounds every call with a deadline and a linear-memory
+// cap.
+//
+// It owns the three kinds of module found in the Kubewarden ecosystem: TinyGo
+// `-target=wasi` commands (whose `_start` ends in proc_exit(0)), TinyGo
+// `wasi-legacy` modules, and standard-Go `wasip1` reactors that need
+// `_initialize`. Guests get WASI with nothing mounted: no files, no network, no
+// environment.
+//
+// This package must not know about Kubernetes, admission, Kubewarden's wire
+// types or policy settings: it moves bytes in and out of guests and classifies
+// failures (ErrTrap, ErrTimeout, ErrMemoryLimit).
+package wasm

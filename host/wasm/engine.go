@@ -1,0 +1,336 @@
+package wasm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/tetratelabs/wazero/sys"
+	"github.com/wapc/wapc-go"
+	wapcwazero "github.com/wapc/wapc-go/engines/wazero"
+
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
+)
+
+// Config configures an Engine. The zero value is usable: compilation cache in
+// the user cache directory, logs discarded.
+type Config struct {
+	// CacheDir is where wazero keeps compiled machine code across restarts.
+	// Empty means DefaultCacheDir().
+	CacheDir string
+	// DisableCache turns the on-disk compilation cache off (an in-memory one is used).
+	DisableCache bool
+	// Logger receives guest console output. Nil discards it.
+	Logger *slog.Logger
+}
+
+// DefaultCacheDir is the compilation cache used when Config.CacheDir is empty:
+// $XDG_CACHE_HOME/tollgate/wazero (or the OS equivalent).
+func DefaultCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		d = os.TempDir()
+	}
+	return filepath.Join(d, "tollgate", "wazero")
+}
+
+// Engine compiles modules. Modules with the same digest and memory limit are
+// compiled once and shared. An Engine is safe for concurrent use.
+type Engine struct {
+	cache  wazero.CompilationCache
+	logger *slog.Logger
+	dir    string
+
+	mu      sync.Mutex
+	modules map[moduleKey]*moduleEntry
+	closed  bool
+}
+
+type moduleKey struct {
+	digest string
+	memCap uint64
+}
+
+type moduleEntry struct {
+	ready chan struct{}
+	mod   *Module
+	err   error
+	refs  int
+}
+
+// NewEngine creates an Engine.
+func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
+	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}}
+	if e.logger == nil {
+		e.logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.DisableCache {
+		e.cache = wazero.NewCompilationCache()
+	} else {
+		e.dir = cfg.CacheDir
+		if e.dir == "" {
+			e.dir = DefaultCacheDir()
+		}
+		c, err := wazero.NewCompilationCacheWithDir(e.dir)
+		if err != nil {
+			return nil, fmt.Errorf("compilation cache %s: %w", e.dir, err)
+		}
+		e.cache = c
+	}
+	return e, nil
+}
+
+// Modules is how many distinct compiled modules the engine holds now.
+func (e *Engine) Modules() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.modules)
+}
+
+// CacheDir is the on-disk compilation cache in use, or "" when disabled.
+func (e *Engine) CacheDir() string { return e.dir }
+
+// Close releases every module and the compilation cache handle.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	mods := e.modules
+	e.modules = map[moduleKey]*moduleEntry{}
+	e.closed = true
+	e.mu.Unlock()
+	for _, m := range mods {
+		<-m.ready
+		if m.mod != nil {
+			_ = m.mod.wm.Close(ctx)
+		}
+	}
+	return e.cache.Close(ctx)
+}
+
+// Digest is the sha256 digest of a module, as "sha256:<hex>".
+func Digest(wasm []byte) string {
+	s := sha256.Sum256(wasm)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// ModuleConfig sets per-module limits.
+type ModuleConfig struct {
+	// MemoryLimitBytes caps each instance's linear memory. Zero means DefaultMemoryLimit.
+	MemoryLimitBytes uint64
+}
+
+// DefaultMemoryLimit is the linear-memory cap per instance when none is set.
+const DefaultMemoryLimit = 256 << 20
+
+// Compile compiles (or reuses) a module. Every successful Compile must be
+// matched by a Module.Release.
+func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*Module, error) {
+	if err := wasmbin.Check(wasm); err != nil {
+		return nil, err
+	}
+	exports, err := wasmbin.Exports(wasm)
+	if err != nil {
+		return nil, err
+	}
+	if !wasmbin.HasFuncExport(exports, "__guest_call") {
+		return nil, ErrNotWapc
+	}
+	if cfg.MemoryLimitBytes == 0 {
+		cfg.MemoryLimitBytes = DefaultMemoryLimit
+	}
+	key := moduleKey{digest: Digest(wasm), memCap: cfg.MemoryLimitBytes}
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if ent, ok := e.modules[key]; ok {
+		ent.refs++
+		e.mu.Unlock()
+		<-ent.ready
+		if ent.err != nil {
+			e.release(key, ent)
+			return nil, ent.err
+		}
+		return ent.mod, nil
+	}
+	ent := &moduleEntry{ready: make(chan struct{}), refs: 1}
+	e.modules[key] = ent
+	e.mu.Unlock()
+
+	ent.mod, ent.err = e.compile(ctx, wasm, key, exports)
+	if ent.mod != nil {
+		ent.mod.release = func() { e.release(key, ent) }
+	}
+	close(ent.ready)
+	if ent.err != nil {
+		e.release(key, ent)
+		return nil, ent.err
+	}
+	return ent.mod, nil
+}
+
+func (e *Engine) release(key moduleKey, ent *moduleEntry) {
+	e.mu.Lock()
+	ent.refs--
+	last := ent.refs == 0
+	if last && e.modules[key] == ent {
+		delete(e.modules, key)
+	}
+	e.mu.Unlock()
+	if last && ent.mod != nil {
+		_ = ent.mod.wm.Close(context.Background())
+	}
+}
+
+func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, exports []wasmbin.Export) (*Module, error) {
+	logger := e.logger.With("module", key.digest[:19])
+	consoleLog := func(msg string) { logger.Info("guest console", "message", msg) }
+	stdout := &lineLogger{logger: logger, stream: "stdout"}
+	stderr := &lineLogger{logger: logger, stream: "stderr"}
+
+	wapcEngine := wapcwazero.EngineWithRuntime(e.newRuntime)
+	wm, err := wapcEngine.New(ctx, dispatchHostCall, wasm, &wapc.ModuleConfig{
+		Logger: consoleLog,
+		Stdout: stdout,
+		Stderr: stderr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
+	}
+	m := &Module{
+		wm:      wm.(*wapcwazero.Module),
+		digest:  key.digest,
+		memCap:  key.memCap,
+		exports: exports,
+	}
+	return m, nil
+}
+
+// newRuntime is the wapc-go runtime factory: a compiler runtime sharing the
+// engine's compilation cache, closing modules when their context is done, with
+// WASI (nothing mounted, proc_exit that does not close the instance) and
+// start-function handling for commands and reactors.
+func (e *Engine) newRuntime(ctx context.Context) (wazero.Runtime, error) {
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCompilationCache(e.cache).
+		WithCloseOnContextDone(true)
+	r := wazero.NewRuntimeWithConfig(ctx, rc)
+
+	b := r.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
+	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
+	// Replace proc_exit: wazero's closes the module, which would kill an
+	// instance whose `_start` ends in proc_exit(0) (TinyGo -target=wasi, the way
+	// Kubewarden builds policies). This one only unwinds the call.
+	b.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(procExit), []api.ValueType{api.ValueTypeI32}, nil).
+		WithParameterNames("rval").
+		Export("proc_exit")
+	if _, err := b.Instantiate(ctx); err != nil {
+		_ = r.Close(ctx)
+		return nil, err
+	}
+	// AssemblyScript's abort, as wapc-go's default runtime provides it.
+	env := r.NewHostModuleBuilder("env")
+	env.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(func(context.Context, api.Module, []uint64) {
+			panic(sys.NewExitError(255))
+		}), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).
+		Export("abort")
+	if _, err := env.Instantiate(ctx); err != nil {
+		_ = r.Close(ctx)
+		return nil, err
+	}
+	return &startingRuntime{Runtime: r}, nil
+}
+
+func procExit(_ context.Context, _ api.Module, params []uint64) {
+	panic(sys.NewExitError(uint32(params[0])))
+}
+
+// startingRuntime runs a module's start functions itself when wapc-go
+// instantiates it: `_initialize` for reactors, then `_start` for commands,
+// accepting a `_start` that ends in proc_exit(0). The module it returns hides
+// both functions so that wapc-go does not run them a second time.
+type startingRuntime struct {
+	wazero.Runtime
+}
+
+func (r *startingRuntime) InstantiateModule(ctx context.Context, c wazero.CompiledModule, cfg wazero.ModuleConfig) (api.Module, error) {
+	mod, err := r.Runtime.InstantiateModule(ctx, c, cfg.WithStartFunctions())
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"_initialize", "_start"} {
+		f := mod.ExportedFunction(name)
+		if f == nil {
+			continue
+		}
+		if _, err := f.Call(ctx); err != nil {
+			var exit *sys.ExitError
+			if errors.As(err, &exit) && exit.ExitCode() == 0 {
+				continue
+			}
+			_ = mod.Close(ctx)
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return startedModule{Module: mod}, nil
+}
+
+type startedModule struct{ api.Module }
+
+func (m startedModule) ExportedFunction(name string) api.Function {
+	if name == "_start" || name == "_initialize" {
+		return nil
+	}
+	return m.Module.ExportedFunction(name)
+}
+
+// lineLogger turns guest stdout/stderr into log lines.
+type lineLogger struct {
+	logger *slog.Logger
+	stream string
+	mu     sync.Mutex
+	buf    []byte
+}
+
+var _ io.Writer = (*lineLogger)(nil)
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := indexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.logger.Debug("guest output", "stream", l.stream, "line", string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 4096 {
+		l.logger.Debug("guest output", "stream", l.stream, "line", string(l.buf))
+		l.buf = l.buf[:0]
+	}
+	return len(p), nil
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}

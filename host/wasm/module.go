@@ -1,0 +1,280 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+	"github.com/wapc/wapc-go"
+	wapcwazero "github.com/wapc/wapc-go/engines/wazero"
+
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
+)
+
+// Module is a compiled waPC module, shared by every pool created from it.
+type Module struct {
+	wm      *wapcwazero.Module
+	digest  string
+	memCap  uint64
+	exports []wasmbin.Export
+	release func()
+	once    sync.Once
+}
+
+// Digest is the module's sha256 digest ("sha256:<hex>").
+func (m *Module) Digest() string { return m.digest }
+
+// MemoryLimitBytes is the linear-memory cap of this module's instances.
+func (m *Module) MemoryLimitBytes() uint64 { return m.memCap }
+
+// Release gives back the reference taken by Engine.Compile. The module is
+// closed when its last reference is released; pools must be closed first.
+func (m *Module) Release() { m.once.Do(m.release) }
+
+// HostCallHandler answers a guest's waPC host call. It must return when ctx is
+// done; the pool also stops waiting for it then.
+type HostCallHandler func(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, error)
+
+type hostCallKey struct{}
+
+// WithHostCallHandler attaches the handler that answers the host calls a guest
+// makes during calls made with the returned context.
+func WithHostCallHandler(ctx context.Context, h HostCallHandler) context.Context {
+	return context.WithValue(ctx, hostCallKey{}, h)
+}
+
+// dispatchHostCall is the single waPC host-call entry of every module: it
+// forwards to the handler carried by the call's context, and stops waiting for
+// it when the call's deadline passes (a handler that blocks cannot hold a
+// guest past its deadline).
+func dispatchHostCall(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, error) {
+	h, _ := ctx.Value(hostCallKey{}).(HostCallHandler)
+	if h == nil {
+		return nil, fmt.Errorf("%w: no host capabilities are available for %s/%s/%s", ErrHostCall, binding, namespace, operation)
+	}
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{err: fmt.Errorf("%w: %s/%s/%s panicked: %v", ErrHostCall, binding, namespace, operation, r)}
+			}
+		}()
+		b, err := h(ctx, binding, namespace, operation, payload)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %s/%s/%s did not answer before the deadline: %v", ErrHostCall, binding, namespace, operation, ctx.Err())
+	}
+}
+
+// instance is one live guest instance and the allocator that tracks its memory cap.
+type instance struct {
+	wi    wapc.Instance
+	alloc *cappedAllocator
+}
+
+// Pool hands out instances of one module for calls. It creates instances on
+// demand, up to its size; a call waits for a free instance (or its context).
+// An instance that trapped, timed out or hit its memory cap is closed and its
+// slot freed for a fresh one.
+type Pool struct {
+	mod   *Module
+	slots chan struct{}  // one token per instance that may exist
+	idle  chan *instance // instances ready for a call
+
+	mu     sync.Mutex
+	closed bool
+	live   int
+}
+
+// PoolStats describes a pool.
+type PoolStats struct {
+	Size      int // the most instances that may exist
+	Live      int // instances that exist now
+	Discarded int // not tracked per pool; see metrics in the caller
+}
+
+// NewPool creates a pool of up to size instances and instantiates one now, so
+// that a module that cannot start fails here rather than on the first call.
+func (m *Module) NewPool(ctx context.Context, size int) (*Pool, error) {
+	if size < 1 {
+		size = 1
+	}
+	p := &Pool{mod: m, slots: make(chan struct{}, size), idle: make(chan *instance, size)}
+	for i := 0; i < size; i++ {
+		p.slots <- struct{}{}
+	}
+	<-p.slots
+	inst, err := p.newInstance(ctx)
+	if err != nil {
+		p.slots <- struct{}{}
+		return nil, err
+	}
+	p.idle <- inst
+	return p, nil
+}
+
+func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
+	alloc := &cappedAllocator{limit: p.mod.memCap}
+	ictx := experimental.WithMemoryAllocator(ctx, alloc)
+	wi, err := p.mod.wm.Instantiate(ictx)
+	if err != nil {
+		if alloc.hit.Load() {
+			return nil, fmt.Errorf("%w: %w while starting (limit %d bytes): %v", ErrInstantiate, ErrMemoryLimit, p.mod.memCap, err)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInstantiate, err)
+	}
+	p.mu.Lock()
+	p.live++
+	p.mu.Unlock()
+	return &instance{wi: wi, alloc: alloc}, nil
+}
+
+// Size is the most instances the pool keeps.
+func (p *Pool) Size() int { return cap(p.slots) }
+
+// Live is how many instances exist now.
+func (p *Pool) Live() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live
+}
+
+// Call invokes a waPC operation with the given deadline on a pooled instance.
+// The deadline covers waiting for an instance, the guest, and its host calls.
+func (p *Pool) Call(ctx context.Context, timeout time.Duration, operation string, payload []byte) ([]byte, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	inst, err := p.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := inst.wi.Invoke(ctx, operation, payload)
+	if err == nil {
+		p.put(inst)
+		return out, nil
+	}
+	cerr, broken := p.classify(ctx, inst, timeout, err)
+	if broken {
+		p.discard(inst)
+	} else {
+		p.put(inst)
+	}
+	return nil, cerr
+}
+
+// classify maps an Invoke error to one of the package's sentinel errors and
+// says whether the instance must be thrown away.
+func (p *Pool) classify(ctx context.Context, inst *instance, timeout time.Duration, err error) (error, bool) {
+	var exit *sys.ExitError
+	switch {
+	case inst.alloc.hit.Load():
+		return fmt.Errorf("%w (limit %d bytes): %v", ErrMemoryLimit, p.mod.memCap, unwrapInvoke(err)), true
+	case errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled):
+		return fmt.Errorf("%w after %s", ErrTimeout, timeout), true
+	case ctx.Err() != nil:
+		// The deadline passed while the guest was answering (e.g. it gave up on a
+		// host call that did not return in time). wazero closes an instance whose
+		// context is done, so it cannot be reused either way.
+		return fmt.Errorf("%w after %s: %v", ErrTimeout, timeout, unwrapInvoke(err)), true
+	case errors.As(err, &exit):
+		return fmt.Errorf("%w: the guest exited with code %d", ErrTrap, exit.ExitCode()), true
+	case isGuestError(err):
+		return fmt.Errorf("%w: %s", ErrGuest, err.Error()), false
+	default:
+		return fmt.Errorf("%w: %v", ErrTrap, unwrapInvoke(err)), true
+	}
+}
+
+// isGuestError reports whether Invoke failed because the guest answered with a
+// waPC error (or no response) rather than a runtime failure. wapc-go wraps
+// runtime failures as "error invoking guest: ...".
+func isGuestError(err error) bool {
+	return errors.Unwrap(err) == nil && !hasPrefix(err.Error(), "error invoking guest")
+}
+
+func unwrapInvoke(err error) error {
+	if u := errors.Unwrap(err); u != nil {
+		return u
+	}
+	return err
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+func (p *Pool) acquire(ctx context.Context) (*instance, error) {
+	// Prefer an idle instance; otherwise create one if a slot is free; otherwise wait.
+	select {
+	case inst := <-p.idle:
+		return inst, nil
+	default:
+	}
+	select {
+	case inst := <-p.idle:
+		return inst, nil
+	case <-p.slots:
+		if p.isClosed() {
+			p.slots <- struct{}{}
+			return nil, ErrClosed
+		}
+		inst, err := p.newInstance(ctx)
+		if err != nil {
+			p.slots <- struct{}{}
+			return nil, err
+		}
+		return inst, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: no free instance before the deadline (pool of %d busy)", ErrTimeout, cap(p.slots))
+	}
+}
+
+func (p *Pool) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
+}
+
+func (p *Pool) put(inst *instance) {
+	if p.isClosed() {
+		p.discard(inst)
+		return
+	}
+	p.idle <- inst
+}
+
+func (p *Pool) discard(inst *instance) {
+	_ = inst.wi.Close(context.Background())
+	p.mu.Lock()
+	p.live--
+	p.mu.Unlock()
+	p.slots <- struct{}{}
+}
+
+// Close closes idle instances now and busy ones when their call returns.
+func (p *Pool) Close(ctx context.Context) {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	for {
+		select {
+		case inst := <-p.idle:
+			p.discard(inst)
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# build-policies.sh builds every policy of the repository into policy.wasm, next to its sources.
+#
+# A policy is a directory below examples/, policies/ or test/testdata/policies/ that holds a file
+# named policy.build; the one word in it is the build kind:
+#   tinygo-wasi         tinygo build -target=wasi -no-debug                  (how Kubewarden builds)
+#   tinygo-wasi-legacy  tinygo build -target=wasip1 -buildmode=wasi-legacy -scheduler=none -no-debug
+#   go-wasip1           GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags=-s
+# The compiler writes policy.raw.wasm; when the directory has metadata.yml and a tollgate binary with
+# an `annotate` command is available, `tollgate annotate` writes policy.wasm from it (with
+# README.md as usage when present); otherwise policy.raw.wasm is copied to policy.wasm.
+#
+# A policy whose policy.wasm is newer than all its sources (*.go, go.mod, go.sum, metadata.yml,
+# README.md, policy.build, and the sources of local `replace` targets) is skipped.
+#
+# Usage: scripts/build-policies.sh [-f] [DIR...]
+#   -f    rebuild even when up to date
+#   DIR   build only these policy directories
+# Environment:
+#   TINYGO          the tinygo binary (default: where scripts/install-tools.sh puts it)
+#   GO              the go command (default: go)
+#   TOLLGATE        a tollgate binary for annotate (default: bin/tollgate, built from ./cmd/tollgate
+#                   when that has an annotate command)
+#   POLICY_JOBS     builds run at the same time (default 2, at most 2)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+TINYGO_VERSION="${TINYGO_VERSION:-0.41.1}"
+TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
+TINYGO="${TINYGO:-$TOOLS_DIR/tinygo-$TINYGO_VERSION/bin/tinygo}"
+GO="${GO:-go}"
+JOBS="${POLICY_JOBS:-2}"
+((JOBS >= 1 && JOBS <= 2)) || JOBS=2
+SEARCH_DIRS=(examples policies test/testdata/policies)
+
+log() { printf 'build-policies: %s\n' "$*" >&2; }
+die() { printf 'build-policies: error: %s\n' "$*" >&2; exit 1; }
+
+FORCE=0
+if [[ "${1:-}" == -f ]]; then
+	FORCE=1
+	shift
+fi
+
+# find_policies prints the policy directories, sorted, relative to the repository root.
+find_policies() {
+	local d existing=()
+	for d in "${SEARCH_DIRS[@]}"; do
+		[[ -d "$d" ]] && existing+=("$d")
+	done
+	((${#existing[@]} > 0)) || return 0
+	find "${existing[@]}" -name policy.build -type f -printf '%h\n' | sort
+}
+
+# source_dirs prints dir and the local directories its go.mod replaces modules with.
+source_dirs() {
+	local dir="$1" target
+	printf '%s\n' "$dir"
+	[[ -f "$dir/go.mod" ]] || return 0
+	# `replace a => ../b` and `replace a v1 => ./b` lines, inside or outside a replace block.
+	sed -nE 's#^[[:space:]]*(replace[[:space:]]+)?[^[:space:]]+([[:space:]]+v[^[:space:]]+)?[[:space:]]+=>[[:space:]]+(\.{1,2}/[^[:space:]]*)[[:space:]]*$#\3#p' \
+		"$dir/go.mod" | while read -r target; do
+		[[ -d "$dir/$target" ]] && printf '%s\n' "$dir/$target"
+	done
+}
+
+# up_to_date reports whether dir's policy.wasm is newer than all of its sources, and annotated
+# when it should be.
+up_to_date() {
+	local dir="$1" wasm="$1/policy.wasm"
+	[[ -f "$wasm" ]] || return 1
+	if [[ -n "$TOLLGATE_BIN" && -f "$dir/metadata.yml" ]] && ! grep -q io.kubewarden.metadata "$wasm"; then
+		return 1 # built before annotate existed
+	fi
+	local newer
+	newer="$(source_dirs "$dir" | xargs -d '\n' -I{} find {} -type f \
+		\( -name '*.go' -o -name go.mod -o -name go.sum -o -name metadata.yml -o -name README.md \
+		-o -name policy.build \) -newer "$wasm" -print -quit)"
+	[[ -z "$newer" ]]
+}
+
+# build_one builds one policy; it prints one line, and the compiler's output when it fails.
+build_one() {
+	local dir="$1" kind start elapsed
+	kind="$(tr -d '[:space:]' <"$dir/policy.build")"
+	start="$EPOCHREALTIME"
+	local out
+	out="$(mktemp)"
+	local raw="policy.raw.wasm"
+	local -a cmd
+	case "$kind" in
+	tinygo-wasi)
+		cmd=("$TINYGO" build -o "$raw" -target=wasi -no-debug .)
+		;;
+	tinygo-wasi-legacy)
+		cmd=("$TINYGO" build -o "$raw" -target=wasip1 -buildmode=wasi-legacy -scheduler=none -no-debug .)
+		;;
+	go-wasip1)
+		cmd=(env GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -ldflags=-s -o "$raw" .)
+		;;
+	*)
+		printf 'build-policies: FAILED %s: unknown build kind %q in %s/policy.build (want tinygo-wasi, tinygo-wasi-legacy or go-wasip1)\n' \
+			"$dir" "$kind" "$dir" >&2
+		rm -f "$out"
+		return 1
+		;;
+	esac
+	if ! (cd "$dir" && rm -f "$raw" && "${cmd[@]}") >"$out" 2>&1; then
+		printf 'build-policies: FAILED %s (%s): %s\n' "$dir" "$kind" "${cmd[*]}" >&2
+		sed 's/^/    /' "$out" >&2
+		rm -f "$out" "$dir/$raw"
+		return 1
+	fi
+	local how=copied
+	if [[ -n "$TOLLGATE_BIN" && -f "$dir/metadata.yml" ]]; then
+		local -a annotate=("$TOLLGATE_BIN" annotate -m metadata.yml)
+		[[ -f "$dir/README.md" ]] && annotate+=(-u README.md)
+		annotate+=(-o policy.wasm.tmp "$raw")
+		if ! (cd "$dir" && "${annotate[@]}") >"$out" 2>&1; then
+			printf 'build-policies: FAILED %s: %s\n' "$dir" "${annotate[*]}" >&2
+			sed 's/^/    /' "$out" >&2
+			rm -f "$out" "$dir/policy.wasm.tmp"
+			return 1
+		fi
+		how=annotated
+	else
+		cp "$dir/$raw" "$dir/policy.wasm.tmp"
+	fi
+	mv -f "$dir/policy.wasm.tmp" "$dir/policy.wasm"
+	rm -f "$out"
+	elapsed="$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
+	printf 'build-policies: %-45s %-18s %6s s %8s KB (%s)\n' "$dir" "$kind" "$elapsed" \
+		"$(($(stat -c %s "$dir/policy.wasm") / 1024))" "$how" >&2
+}
+
+# find_tollgate sets TOLLGATE_BIN to a tollgate binary that has an annotate command, or "".
+find_tollgate() {
+	TOLLGATE_BIN=""
+	if [[ -n "${TOLLGATE:-}" ]]; then
+		[[ -x "$TOLLGATE" ]] || die "TOLLGATE=$TOLLGATE is not an executable"
+		TOLLGATE_BIN="$TOLLGATE"
+		return 0
+	fi
+	# Until cmd/tollgate has an annotate command, policies are copied unannotated.
+	grep -qs -E 'newAnnotateCmd|"annotate' cmd/tollgate/*.go || return 0
+	"$GO" build -o bin/tollgate ./cmd/tollgate || die "go build ./cmd/tollgate failed (needed for tollgate annotate)"
+	if bin/tollgate annotate --help >/dev/null 2>&1; then
+		TOLLGATE_BIN="$ROOT/bin/tollgate"
+	fi
+}
+
+# check_tinygo makes sure TinyGo and its seeded libraries are there (tinygo clean removes them).
+check_tinygo() {
+	if [[ ! -x "$TINYGO" ]]; then
+		die "TinyGo not found at $TINYGO: run \`make tools\` (or scripts/install-tools.sh), or set TINYGO"
+	fi
+	local cache
+	cache="$("$TINYGO" env GOCACHE)"
+	if [[ ! -f "$cache/wasi-libc-wasm32-unknown-wasi-generic/lib.a" ||
+		! -f "$cache/compiler-rt-wasm32-unknown-wasi-generic/lib.a" ]]; then
+		"$ROOT/scripts/install-tools.sh" >/dev/null
+	fi
+}
+
+main() {
+	local -a dirs
+	if (($# > 0)); then
+		local d
+		for d in "$@"; do
+			d="${d%/}"
+			[[ -f "$d/policy.build" ]] || die "$d has no policy.build file"
+			dirs+=("$d")
+		done
+	else
+		mapfile -t dirs < <(find_policies)
+	fi
+	if ((${#dirs[@]} == 0)); then
+		log "no policies found"
+		return 0
+	fi
+
+	find_tollgate
+	local -a todo=()
+	local dir need_tinygo=0 skipped=0
+	for dir in "${dirs[@]}"; do
+		if ((FORCE == 0)) && up_to_date "$dir"; then
+			skipped=$((skipped + 1))
+			continue
+		fi
+		todo+=("$dir")
+		grep -q tinygo "$dir/policy.build" && need_tinygo=1
+	done
+	if ((${#todo[@]} == 0)); then
+		log "all ${#dirs[@]} policies up to date"
+		return 0
+	fi
+	((need_tinygo == 0)) || check_tinygo
+	[[ -n "$TOLLGATE_BIN" ]] || log "no tollgate annotate command yet: policy.wasm files are not annotated"
+	log "building ${#todo[@]} policies, $JOBS at a time ($skipped up to date)"
+
+	local status
+	status="$(mktemp -d)"
+	# shellcheck disable=SC2064
+	trap "rm -rf '$status'" EXIT
+	local i=0 start="$EPOCHREALTIME"
+	for dir in "${todo[@]}"; do
+		while (($(jobs -rp | wc -l) >= JOBS)); do
+			wait -n || true
+		done
+		(build_one "$dir" || touch "$status/fail.$i") &
+		i=$((i + 1))
+	done
+	wait
+	local failed=()
+	for ((i = 0; i < ${#todo[@]}; i++)); do
+		[[ -e "$status/fail.$i" ]] && failed+=("${todo[$i]}")
+	done
+	if ((${#failed[@]} > 0)); then
+		die "${#failed[@]} of ${#todo[@]} policies failed to build: ${failed[*]}"
+	fi
+	log "built ${#todo[@]} policies in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
+}
+
+main "$@"
