@@ -11,6 +11,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
+
+	"github.com/tollgate-dev/tollgate/host/metadata"
 )
 
 // PushOptions tune Push.
@@ -37,11 +39,18 @@ func (c *Client) Push(ctx context.Context, wasm []byte, uri string, opts PushOpt
 	if err != nil {
 		return "", err
 	}
-	annotations, found, err := moduleAnnotations(wasm)
-	if err != nil {
-		return "", fmt.Errorf("push %s: %w", ref, err)
+	if len(wasm) < 8 || !bytes.Equal(wasm[:4], []byte("\x00asm")) {
+		return "", fmt.Errorf("%w: push %s: missing \\0asm magic", ErrInvalidModule, ref)
 	}
-	if !found && !opts.Force {
+	md, err := metadata.Read(wasm)
+	if err != nil {
+		return "", fmt.Errorf("%w: push %s: %w", ErrInvalidModule, ref, err)
+	}
+	var annotations map[string]string
+	if md != nil {
+		annotations = md.Annotations
+	}
+	if md == nil && !opts.Force {
 		return "", fmt.Errorf("%w: push %s: annotate it first (tollgate annotate) or pass --force", ErrUnannotated, ref)
 	}
 	manifestAnn := map[string]string{}
