@@ -56,8 +56,6 @@ func (c *Client) pull(ctx context.Context, ref Reference, progress io.Writer) (S
 		if err := c.fetchBlob(ctx, repo, layer, ref, progress); err != nil {
 			return StoreEntry{}, err
 		}
-	} else if progress != nil {
-		fmt.Fprintf(progress, "%s: module %s already in the store\n", ref, layer.Digest)
 	}
 	if m.Config.Digest != "" && !c.store.hasBlob(m.Config.Digest, m.Config.Size) {
 		if err := c.fetchBlob(ctx, repo, m.Config, ref, nil); err != nil {

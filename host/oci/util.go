@@ -20,15 +20,17 @@ func containsAll(s string, subs ...string) bool {
 }
 
 // progressReader writes "URI: 12.0 MiB / 40.0 MiB (30%)" lines at most
-// every progressEvery, and a final line when done.
+// every progressEvery, and a final line when done (only for downloads that
+// lasted that long: quick pulls stay silent).
 type progressReader struct {
 	r     io.Reader
 	w     io.Writer
 	name  string
 	total int64
 	n     int64
-	last  time.Time
-	start time.Time
+	last    time.Time
+	start   time.Time
+	printed bool
 }
 
 const progressEvery = 500 * time.Millisecond
@@ -42,13 +44,17 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	n, err := p.r.Read(b)
 	p.n += int64(n)
 	if now := time.Now(); now.Sub(p.last) >= progressEvery {
-		p.last = now
+		p.last, p.printed = now, true
 		fmt.Fprintf(p.w, "%s: %s / %s (%d%%)\n", p.name, humanBytes(p.n), humanBytes(p.total), percent(p.n, p.total))
 	}
 	return n, err
 }
 
+// done prints a summary, only if the download was long enough to show progress.
 func (p *progressReader) done() {
+	if !p.printed {
+		return
+	}
 	fmt.Fprintf(p.w, "%s: %s in %s\n", p.name, humanBytes(p.n), time.Since(p.start).Round(time.Millisecond))
 }
 
