@@ -23,11 +23,11 @@ func containsAll(s string, subs ...string) bool {
 // every progressEvery, and a final line when done (only for downloads that
 // lasted that long: quick pulls stay silent).
 type progressReader struct {
-	r     io.Reader
-	w     io.Writer
-	name  string
-	total int64
-	n     int64
+	r       io.Reader
+	w       io.Writer
+	name    string
+	total   int64
+	n       int64
 	last    time.Time
 	start   time.Time
 	printed bool
