@@ -8,12 +8,21 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: all build policies test bench check tools clean
+.PHONY: all build policies test test-modules bench check tools clean demo
+
+# Go modules besides the root one (each policy and the SDK is its own module).
+SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod))
+GOTEST_FLAGS ?= -timeout 40m
 
 all: build
 
 build:
 	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+# demo installs everything, builds the example policies and tollgate, and runs the examples
+# through tollgate on their sample requests.
+demo: policies build
+	./scripts/demo.sh
 
 # tools installs what building the policies and running the tests needs (apt packages, TinyGo).
 tools:
@@ -23,14 +32,18 @@ tools:
 policies: tools
 	./scripts/build-policies.sh
 
-test: policies
-	$(GO) test ./... 
+# test runs every test: the root module (host, CLI, integration suites) and every submodule.
+test: policies test-modules
+	$(GO) test $(GOTEST_FLAGS) ./...
+
+test-modules:
+	@set -e; for m in $(SUBMODULES); do echo "go test ./... in $$m"; (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...); done
 
 bench: policies
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
 
 check:
-	gofmt -l . | (! grep .) || (echo "gofmt needed"; exit 1)
+	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
 	$(GO) mod tidy && git diff --exit-code go.mod go.sum
 

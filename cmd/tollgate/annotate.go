@@ -11,18 +11,23 @@ import (
 )
 
 func newAnnotateCmd() *cobra.Command {
-	var metadataPath, usagePath, out string
+	var (
+		metadataPath, usagePath, out string
+		rt                           runtimeFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "annotate -m metadata.yml [-u README.md] -o OUT IN",
 		Short: "Embed Kubewarden metadata into a policy module",
 		Long: `Validate a metadata.yml (Kubewarden's format) and write it into the module's
 io.kubewarden.metadata custom section, replacing any previous one. With -u, the
-file's content becomes the io.kubewarden.policy.usage annotation. Modules
-annotated here load in Kubewarden, and the other way round.`,
+file's content becomes the io.kubewarden.policy.usage annotation. When
+metadata.yml has no protocolVersion, the module is asked for it (its waPC
+protocol_version operation), as kwctl does. Modules annotated here load in
+Kubewarden, and the other way round.`,
 		Example: `  tollgate annotate -m metadata.yml -u README.md -o annotated.wasm policy.wasm`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			md, err := metadata.ParseFile(metadataPath)
+			md, err := metadata.DecodeFile(metadataPath)
 			if err != nil {
 				return err
 			}
@@ -37,6 +42,21 @@ annotated here load in Kubewarden, and the other way round.`,
 			wasmBytes, err := os.ReadFile(args[0])
 			if err != nil {
 				return err
+			}
+			if md.ProtocolVersion == "" && md.Mode() == metadata.ExecutionModeWapc {
+				ctx := cmd.Context()
+				h, err := rt.newHost(ctx)
+				if err != nil {
+					return err
+				}
+				md.ProtocolVersion, err = h.ProtocolVersion(ctx, wasmBytes)
+				_ = h.Close(ctx)
+				if err != nil {
+					return fmt.Errorf("%s: metadata.yml has no protocolVersion and the module cannot tell it: %w", args[0], err)
+				}
+			}
+			if err := md.Validate(); err != nil {
+				return fmt.Errorf("%s: %w", metadataPath, err)
 			}
 			annotated, err := metadata.Annotate(wasmBytes, md, usage)
 			if err != nil {
@@ -63,6 +83,8 @@ annotated here load in Kubewarden, and the other way round.`,
 	cmd.Flags().StringVarP(&metadataPath, "metadata-path", "m", "", "metadata.yml to embed")
 	cmd.Flags().StringVarP(&usagePath, "usage-path", "u", "", "file whose content becomes the usage annotation (e.g. README.md)")
 	cmd.Flags().StringVarP(&out, "output-path", "o", "", "where to write the annotated module")
+	cmd.Flags().StringVar(&rt.cacheDir, "cache-dir", "", "compilation cache directory")
+	cmd.Flags().BoolVar(&rt.noCache, "no-cache", false, "do not use the on-disk compilation cache")
 	_ = cmd.MarkFlagRequired("metadata-path")
 	_ = cmd.MarkFlagRequired("output-path")
 	return cmd

@@ -93,9 +93,12 @@ func printMetadata(out io.Writer, uri, digest string, size int, md *metadata.Met
 	for _, c := range md.HostCapabilities {
 		fmt.Fprintf(w, "Host capability:\t%s\n", c)
 	}
-	fmt.Fprintf(w, "Rules:\t\n")
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Rules:\n")
 	for _, r := range md.Rules {
-		fmt.Fprintf(w, "  - operations %s on %s (apiGroups %s, apiVersions %s)\t\n",
+		fmt.Fprintf(out, "  - operations %s on %s (apiGroups %s, apiVersions %s)\n",
 			strings.Join(r.Operations, ","), strings.Join(r.Resources, ","), quoteList(r.APIGroups), strings.Join(r.APIVersions, ","))
 	}
 	var other []string
@@ -109,13 +112,10 @@ func printMetadata(out io.Writer, uri, digest string, size int, md *metadata.Met
 		other = append(other, k)
 	}
 	if len(other) > 0 {
-		fmt.Fprintf(w, "Annotations:\t\n")
+		fmt.Fprintf(out, "Annotations:\n")
 		for _, k := range other {
-			fmt.Fprintf(w, "  %s:\t%s\n", k, a[k])
+			fmt.Fprintf(out, "  %s: %s\n", k, a[k])
 		}
-	}
-	if err := w.Flush(); err != nil {
-		return err
 	}
 	if u := a[metadata.AnnotationUsage]; u != "" {
 		fmt.Fprintf(out, "\nUsage:\n%s\n", u)

@@ -124,26 +124,36 @@ func Read(wasm []byte) (*Metadata, error) {
 	return &m, nil
 }
 
-// Parse reads a metadata.yml (YAML or JSON). Unknown fields are an error
-// naming the field; name is used in messages (usually the file path).
-func Parse(name string, data []byte) (*Metadata, error) {
+// Decode reads a metadata.yml (YAML or JSON) without validating it. Unknown
+// fields are an error naming the field; name is used in messages (usually the
+// file path).
+func Decode(name string, data []byte) (*Metadata, error) {
 	var m Metadata
 	if err := yaml.UnmarshalStrict(data, &m); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
 	return &m, nil
 }
 
-// ParseFile reads and validates a metadata.yml file.
-func ParseFile(path string) (*Metadata, error) {
+// Parse decodes and validates a metadata.yml.
+func Parse(name string, data []byte) (*Metadata, error) {
+	m, err := Decode(name, data)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return m, nil
+}
+
+// DecodeFile reads a metadata.yml file without validating it.
+func DecodeFile(path string) (*Metadata, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return Parse(path, data)
+	return Decode(path, data)
 }
 
 var validOperations = map[string]bool{"CREATE": true, "UPDATE": true, "DELETE": true, "CONNECT": true, "*": true}

@@ -75,6 +75,31 @@ func (h *Host) CacheDir() string { return h.engine.CacheDir() }
 // Close releases all compiled modules. Close policies first.
 func (h *Host) Close(ctx context.Context) error { return h.engine.Close(ctx) }
 
+// ProtocolVersion asks a waPC module for the Kubewarden protocol version it
+// speaks (its `protocol_version` operation, which policy SDKs register), as
+// kwctl annotate does when metadata.yml does not say.
+func (h *Host) ProtocolVersion(ctx context.Context, module []byte) (string, error) {
+	mod, err := h.engine.Compile(ctx, module, wasm.ModuleConfig{})
+	if err != nil {
+		return "", err
+	}
+	defer mod.Release()
+	pool, err := mod.NewPool(ctx, 1)
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close(ctx)
+	out, err := pool.Call(ctx, DefaultTimeout, "protocol_version", []byte("{}"))
+	if err != nil {
+		return "", fmt.Errorf("protocol_version: %w", err)
+	}
+	var v string
+	if err := json.Unmarshal(out, &v); err != nil {
+		return "", fmt.Errorf("protocol_version: %w: want a JSON string, got %.60q", ErrInvalidResponse, out)
+	}
+	return v, nil
+}
+
 // Spec describes a policy to load.
 type Spec struct {
 	// ID names the policy in logs and errors.
