@@ -1,7 +1,9 @@
 package oci
 
 import (
+	"bytes"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -81,15 +83,51 @@ func ParseSources(name string, data []byte) (*Sources, error) {
 	if err := yaml.UnmarshalStrict(data, &s); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidSources, name, err)
 	}
+	if err := s.compile(name); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// NewSources builds Sources from already-parsed values (for a caller that
+// reads sources.yml itself, such as the policy server's configuration).
+// Relative certificate paths are relative to the working directory.
+func NewSources(insecure []string, authorities map[string][]SourceAuthority) (*Sources, error) {
+	s := &Sources{InsecureSources: insecure, SourceAuthorities: authorities}
+	if err := s.compile("sources"); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// UnmarshalJSON also accepts Kubewarden's older plain-string form: PEM
+// data when it starts with -----BEGIN, else a path.
+func (a *SourceAuthority) UnmarshalJSON(b []byte) error {
+	var str string
+	if err := json.Unmarshal(b, &str); err == nil {
+		if strings.HasPrefix(strings.TrimSpace(str), "-----BEGIN") {
+			*a = SourceAuthority{Type: "Data", Data: str}
+		} else {
+			*a = SourceAuthority{Type: "Path", Path: str}
+		}
+		return nil
+	}
+	type plain SourceAuthority
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode((*plain)(a))
+}
+
+func (s *Sources) compile(name string) error {
 	for i, h := range s.InsecureSources {
 		if err := validHost(h); err != nil {
-			return nil, fmt.Errorf("%w: %s: insecure_sources[%d]: %v", ErrInvalidSources, name, i, err)
+			return fmt.Errorf("%w: %s: insecure_sources[%d]: %v", ErrInvalidSources, name, i, err)
 		}
 	}
 	s.pools = map[string]*x509.CertPool{}
 	for host, auths := range s.SourceAuthorities {
 		if err := validHost(host); err != nil {
-			return nil, fmt.Errorf("%w: %s: source_authorities: %v", ErrInvalidSources, name, err)
+			return fmt.Errorf("%w: %s: source_authorities: %v", ErrInvalidSources, name, err)
 		}
 		pool, err := x509.SystemCertPool()
 		if err != nil || pool == nil {
@@ -101,26 +139,26 @@ func ParseSources(name string, data []byte) (*Sources, error) {
 			switch a.Type {
 			case "Path":
 				if a.Path == "" {
-					return nil, fmt.Errorf("%w: %s: %s: type Path needs a path", ErrInvalidSources, name, field)
+					return fmt.Errorf("%w: %s: %s: type Path needs a path", ErrInvalidSources, name, field)
 				}
 				p := a.Path
 				if !filepath.IsAbs(p) {
 					p = filepath.Join(filepath.Dir(name), p)
 				}
 				if raw, err = os.ReadFile(p); err != nil {
-					return nil, fmt.Errorf("%w: %s: %s: %v", ErrInvalidSources, name, field, err)
+					return fmt.Errorf("%w: %s: %s: %v", ErrInvalidSources, name, field, err)
 				}
 			case "Data":
 				if a.Data == "" {
-					return nil, fmt.Errorf("%w: %s: %s: type Data needs data", ErrInvalidSources, name, field)
+					return fmt.Errorf("%w: %s: %s: type Data needs data", ErrInvalidSources, name, field)
 				}
 				raw = []byte(a.Data)
 			default:
-				return nil, fmt.Errorf("%w: %s: %s: type %q: want Path or Data", ErrInvalidSources, name, field, a.Type)
+				return fmt.Errorf("%w: %s: %s: type %q: want Path or Data", ErrInvalidSources, name, field, a.Type)
 			}
 			certs, err := parseCertificates(raw)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %s: %s: %v", ErrInvalidSources, name, field, err)
+				return fmt.Errorf("%w: %s: %s: %v", ErrInvalidSources, name, field, err)
 			}
 			for _, c := range certs {
 				pool.AddCert(c)
@@ -128,7 +166,7 @@ func ParseSources(name string, data []byte) (*Sources, error) {
 		}
 		s.pools[host] = pool
 	}
-	return &s, nil
+	return nil
 }
 
 func validHost(h string) error {

@@ -27,6 +27,9 @@ func TestParseSources(t *testing.T) {
 		{"insecure only", `insecure_sources: ["127.0.0.1:5000", "dev.example.com"]`, []string{"127.0.0.1:5000", "dev.example.com"}, ""},
 		{"json", `{"source_authorities": {"r.example.com:5000": [{"type": "Path", "path": "ca.pem"}]}}`, nil, ""},
 		{"data", "source_authorities:\n  r.example.com:\n    - type: Data\n      data: |\n" + indent(string(caPEM), "        "), nil, ""},
+		{"legacy string path", "source_authorities:\n  r.example.com:\n    - ca.pem\n", nil, ""},
+		{"legacy string PEM", "source_authorities:\n  r.example.com:\n    - |\n" + indent(string(caPEM), "      "), nil, ""},
+		{"unknown authority field", "source_authorities:\n  r.example.com:\n    - type: Path\n      file: ca.pem\n", nil, `unknown field "file"`},
 		{"bad type", "source_authorities:\n  r.example.com:\n    - type: File\n      path: ca.pem\n", nil, `source_authorities["r.example.com"][0]: type "File": want Path or Data`},
 		{"missing file", "source_authorities:\n  r.example.com:\n    - type: Path\n      path: nope.pem\n", nil, "nope.pem"},
 		{"not a cert", "source_authorities:\n  r.example.com:\n    - type: Data\n      data: hello\n", nil, "not a DER certificate"},
@@ -72,4 +75,16 @@ func TestLoadSourcesMissing(t *testing.T) {
 func indent(s, pre string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return pre + strings.Join(lines, "\n"+pre) + "\n"
+}
+
+func TestNewSources(t *testing.T) {
+	pemData := string(selfSignedPEM(t))
+	s, err := oci.NewSources([]string{"a:5000"}, map[string][]oci.SourceAuthority{"b:5000": {{Type: "Data", Data: pemData}}})
+	if err != nil || !s.IsInsecure("a:5000") || s.IsInsecure("b:5000") {
+		t.Fatalf("NewSources: %v", err)
+	}
+	_, err = oci.NewSources(nil, map[string][]oci.SourceAuthority{"b:5000": {{Type: "Data", Data: "junk"}}})
+	if !errors.Is(err, oci.ErrInvalidSources) || !strings.Contains(err.Error(), `source_authorities["b:5000"][0]`) {
+		t.Fatalf("bad data: %v", err)
+	}
 }
