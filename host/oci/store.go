@@ -90,6 +90,7 @@ func OpenStore(root string) (*Store, error) {
 			return nil, fmt.Errorf("store %s: %w", root, err)
 		}
 	}
+	s.cleanIngest(staleIngest)
 	layout := filepath.Join(s.root, ocispec.ImageLayoutFile)
 	if _, err := os.Stat(layout); errors.Is(err, fs.ErrNotExist) {
 		b, _ := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
@@ -98,6 +99,24 @@ func OpenStore(root string) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// staleIngest is how long a temporary file may go unmodified before it is
+// taken for the leftover of a killed process. A live download writes to its
+// file continuously.
+const staleIngest = 10 * time.Minute
+
+// cleanIngest removes temporary files that no download has touched for age.
+func (s *Store) cleanIngest(age time.Duration) {
+	ents, err := os.ReadDir(s.ingestDir())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > age {
+			_ = os.Remove(filepath.Join(s.ingestDir(), e.Name()))
+		}
+	}
 }
 
 // Root is the store directory.
