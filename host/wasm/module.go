@@ -165,6 +165,9 @@ func (p *Pool) Call(ctx context.Context, timeout time.Duration, operation string
 	}
 	out, err := inst.wi.Invoke(ctx, operation, payload)
 	if err == nil {
+		// out is a view of the guest's linear memory: copy it before the
+		// instance serves another call.
+		out = append([]byte(nil), out...)
 		p.put(inst)
 		return out, nil
 	}
