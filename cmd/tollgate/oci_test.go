@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/oci"
 	"github.com/tollgate-dev/tollgate/host/oci/ocitest"
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
 // ociRoot is a root command with the registry commands, as root.go registers them.
@@ -134,6 +135,34 @@ func TestOCICommands(t *testing.T) {
 	} {
 		if _, _, err := execute(t, append(bad, common...)...); err == nil {
 			t.Fatalf("tollgate %v succeeded", bad)
+		}
+	}
+}
+
+// A real policy (examples/required-labels, built by make policies) pushed to
+// the registry runs from its registry:// URI, pinned by digest and by tag.
+func TestRunRegistryModule(t *testing.T) {
+	reg := ocitest.Start(t, ocitest.Options{TLS: true, Auth: true})
+	store := filepath.Join(t.TempDir(), "store")
+	common := []string{"--store-path", store, "--sources-path", reg.SourcesPath, "--docker-config-json-path", reg.DockerConfigPath}
+	policy := testfixture.Path("examples/required-labels/policy.wasm")
+	testfixture.File(t, "examples/required-labels/policy.wasm")
+	uri := reg.URI("examples/required-labels:v1")
+	digest := strings.TrimSpace(mustExecute(t, append([]string{"push", policy, uri}, common...)...))
+	for _, u := range []string{uri, uri + "@" + digest} {
+		root := ociRoot()
+		root.AddCommand(newRunCmd())
+		var out, errOut bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&errOut)
+		root.SetArgs(append([]string{"run", u,
+			"-r", testfixture.Path("examples/required-labels/testdata/pod-missing-label.json"),
+			"-s", testfixture.Path("examples/required-labels/testdata/settings.json")}, common...))
+		if err := root.ExecuteContext(context.Background()); err != nil {
+			t.Fatalf("run %s: %v\n%s", u, err, errOut.String())
+		}
+		if !strings.Contains(out.String(), `"allowed":false`) {
+			t.Fatalf("run %s printed %s", u, out.String())
 		}
 	}
 }
