@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -205,16 +206,38 @@ func parseCertificates(raw []byte) ([]*x509.Certificate, error) {
 	return []*x509.Certificate{c}, nil
 }
 
-// IsInsecure reports whether host is listed in insecure_sources.
+// IsInsecure reports whether host (host[:port]) is listed in
+// insecure_sources, as host:port or as the bare host name (any port).
 func (s *Sources) IsInsecure(host string) bool {
-	return s != nil && slices.Contains(s.InsecureSources, host)
+	if s == nil {
+		return false
+	}
+	for _, k := range candidates(host) {
+		if slices.Contains(s.InsecureSources, k) {
+			return true
+		}
+	}
+	return false
 }
 
-// certPool returns the system pool plus the host's source_authorities, or
-// nil (use the system pool) when the host has none.
+// certPool returns the system pool plus the host's source_authorities
+// (keyed host:port, else bare host), or nil (use the system pool).
 func (s *Sources) certPool(host string) *x509.CertPool {
 	if s == nil {
 		return nil
 	}
-	return s.pools[host]
+	for _, k := range candidates(host) {
+		if p := s.pools[k]; p != nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// candidates are the sources.yml keys that apply to host[:port], most specific first.
+func candidates(host string) []string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return []string{host, h}
+	}
+	return []string{host}
 }

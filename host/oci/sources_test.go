@@ -54,6 +54,9 @@ func TestParseSources(t *testing.T) {
 					t.Fatalf("%s not insecure", h)
 				}
 			}
+			if tt.name == "insecure only" && (!s.IsInsecure("dev.example.com:5000") || s.IsInsecure("127.0.0.1:5001")) {
+				t.Fatal("a bare host name applies to every port; host:port only to that port")
+			}
 			if s.IsInsecure("other.example.com") {
 				t.Fatal("unlisted host insecure")
 			}
