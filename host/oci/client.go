@@ -67,9 +67,12 @@ type Client struct {
 }
 
 type hostConn struct {
-	http      *http.Client
+	http     *http.Client
+	insecure bool
+
+	mu        sync.Mutex
+	decided   bool // the probe got an answer: plainHTTP is settled
 	plainHTTP bool
-	probed    bool
 }
 
 // NewClient opens the store and reads sources and credentials configuration.
@@ -153,36 +156,49 @@ func (c *Client) conn(ctx context.Context, host string) *hostConn {
 			IdleConnTimeout:       90 * time.Second,
 			ForceAttemptHTTP2:     true,
 		}
-		hc = &hostConn{http: &http.Client{Transport: tr}, probed: !insecure}
+		hc = &hostConn{http: &http.Client{Transport: tr}, insecure: insecure}
 		c.hosts[host] = hc
 	}
 	c.mu.Unlock()
-	if !hc.probed {
+	if hc.insecure {
 		// insecure_sources: HTTPS (certificate not verified) if the host speaks
-		// it, else plain HTTP, as Kubewarden does.
-		plain := c.probePlainHTTP(ctx, host, hc.http)
-		c.mu.Lock()
-		hc.plainHTTP, hc.probed = plain, true
-		c.mu.Unlock()
+		// it, else plain HTTP, as Kubewarden does. Settled by the first probe
+		// that gets an answer; while the host is down, each use probes again.
+		hc.mu.Lock()
+		if !hc.decided {
+			hc.plainHTTP, hc.decided = c.probePlainHTTP(ctx, host, hc.http)
+		}
+		hc.mu.Unlock()
 	}
 	return hc
 }
 
-// probePlainHTTP reports whether host answers plain HTTP rather than HTTPS.
-func (c *Client) probePlainHTTP(ctx context.Context, host string, hc *http.Client) bool {
+// plain reports whether requests to the host go over plain HTTP.
+func (hc *hostConn) plain() bool {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	return hc.plainHTTP
+}
+
+// probePlainHTTP reports whether host answers plain HTTP rather than HTTPS,
+// and whether it answered at all (decided).
+func (c *Client) probePlainHTTP(ctx context.Context, host string, hc *http.Client) (plain, decided bool) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.ConnectTimeout+c.opts.ResponseTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+host+"/v2/", nil)
 	if err != nil {
-		return false
+		return false, false
 	}
 	resp, err := hc.Do(req)
 	if err == nil {
 		resp.Body.Close()
-		return false
+		return false, true
 	}
 	var rh tls.RecordHeaderError
-	return errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &rh)
+	if errors.Is(err, http.ErrSchemeMismatch) || errors.As(err, &rh) {
+		return true, true
+	}
+	return false, false
 }
 
 // repository returns an oras repository client for ref.
@@ -197,7 +213,7 @@ func (c *Client) repository(ctx context.Context, ref Reference) *remote.Reposito
 	return &remote.Repository{
 		Client:    ac,
 		Reference: registry.Reference{Registry: ref.Registry, Repository: ref.Repository},
-		PlainHTTP: hc.plainHTTP,
+		PlainHTTP: hc.plain(),
 	}
 }
 

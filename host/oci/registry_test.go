@@ -528,3 +528,24 @@ func tamperingProxy(t *testing.T, reg *ocitest.Registry, target digest.Digest, m
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://")
 }
+
+// A client that first meets an insecure registry while it is down must not
+// settle on HTTPS: once the registry is back, pulls work over plain HTTP.
+func TestRegistryDownThenUp(t *testing.T) {
+	ctx := context.Background()
+	reg := ocitest.Start(t, ocitest.Options{})
+	uri := reg.URI("updown/p:v1")
+	wasm := ocitest.Wasm(policyAnnotations, 1000)
+	if _, err := newClient(t, reg).Push(ctx, wasm, uri, oci.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reg.Stop()
+	c := newClient(t, reg)
+	_, err := c.Pull(ctx, uri, nil)
+	wantErr(t, err, oci.ErrUnreachable, reg.Host)
+	reg.Restart(t)
+	got, _, err := c.Fetch(ctx, uri)
+	if err != nil || !bytes.Equal(got, wasm) {
+		t.Fatalf("after restart: %v", err)
+	}
+}

@@ -56,8 +56,12 @@ type Registry struct {
 	// Username and Password are the valid credentials (Auth).
 	Username, Password string
 
-	cmd  *exec.Cmd
-	logs *syncBuffer
+	cfgPath, scheme string
+	tls             bool
+	logs            *syncBuffer
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
 }
 
 // RequireRegistry fails the test, naming `make tools`, when the registry
@@ -126,15 +130,26 @@ http:
 	cfgPath := filepath.Join(dir, "config.yml")
 	writeFile(t, cfgPath, []byte(cfg))
 
-	r.cmd = exec.Command(RegistryBinary, "serve", cfgPath)
-	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
-	if err := r.cmd.Start(); err != nil {
+	r.cfgPath, r.scheme, r.tls = cfgPath, scheme, opts.TLS
+	r.run(t)
+	return r
+}
+
+// run starts the registry process and waits until it answers.
+func (r *Registry) run(t testing.TB) {
+	t.Helper()
+	cmd := exec.Command(RegistryBinary, "serve", r.cfgPath)
+	cmd.Stdout, cmd.Stderr = r.logs, r.logs
+	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", RegistryBinary, err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- r.cmd.Wait() }()
+	go func() { exited <- cmd.Wait() }()
+	r.mu.Lock()
+	r.cmd = cmd
+	r.mu.Unlock()
 	t.Cleanup(func() {
-		_ = r.cmd.Process.Kill()
+		_ = cmd.Process.Kill()
 		<-exited
 		if t.Failed() {
 			t.Logf("registry %s log:\n%s", r.Host, r.logs.String())
@@ -142,7 +157,7 @@ http:
 	})
 
 	client := &http.Client{Timeout: time.Second}
-	if opts.TLS {
+	if r.tls {
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(r.CAPEM)
 		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
@@ -155,16 +170,22 @@ http:
 			t.Fatalf("registry exited at start: %v\n%s", err, r.logs.String())
 		default:
 		}
-		resp, err := client.Get(scheme + "://" + r.Host + "/v2/")
+		resp, err := client.Get(r.scheme + "://" + r.Host + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			return r
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("registry on %s not ready after 20s: %v\n%s", r.Host, err, r.logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Restart starts the registry again after Stop, on the same port and storage.
+func (r *Registry) Restart(t testing.TB) {
+	t.Helper()
+	r.run(t)
 }
 
 func (r *Registry) port() int {
@@ -176,9 +197,21 @@ func (r *Registry) port() int {
 // URI returns registry://HOST/repo.
 func (r *Registry) URI(repo string) string { return "registry://" + r.Host + "/" + repo }
 
-// Stop kills the registry now (to test an unreachable registry).
+// Stop kills the registry now (to test an unreachable registry) and waits
+// until its port is closed.
 func (r *Registry) Stop() {
-	_ = r.cmd.Process.Kill()
+	r.mu.Lock()
+	cmd := r.cmd
+	r.mu.Unlock()
+	_ = cmd.Process.Kill()
+	for range 100 {
+		c, err := net.DialTimeout("tcp", r.Host, 100*time.Millisecond)
+		if err != nil {
+			return
+		}
+		c.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // DockerConfig returns a Docker config.json giving user:password for host.
