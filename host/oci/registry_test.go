@@ -172,6 +172,23 @@ func TestRegistryTLSWithAuth(t *testing.T) {
 		wantErr(t, err, oci.ErrUnauthorized, reg.Host, "requires credentials")
 	})
 
+	t.Run("credential helper", func(t *testing.T) {
+		// A docker-credential-* program on PATH, named by credHelpers, as
+		// docker login with a credential store sets up.
+		bin := t.TempDir()
+		helper := "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\n" +
+			"printf '{\"ServerURL\":\"%s\",\"Username\":\"" + reg.Username + "\",\"Secret\":\"" + reg.Password + "\"}' \"$server\"\n"
+		if err := os.WriteFile(filepath.Join(bin, "docker-credential-tollgatetest"), []byte(helper), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		cfg := []byte(`{"credHelpers":{"` + reg.Host + `":"tollgatetest"}}`)
+		hc := newClient(t, reg, withDockerConfig(t, cfg))
+		if _, err := hc.Pull(ctx, uri, nil); err != nil {
+			t.Fatalf("pull with a credential helper: %v", err)
+		}
+	})
+
 	t.Run("untrusted certificate", func(t *testing.T) {
 		noCA := newClient(t, reg, func(o *oci.Options) { o.Sources = &oci.Sources{} })
 		_, err := noCA.Pull(ctx, uri, nil)
