@@ -56,16 +56,38 @@ func init() {
 	})
 }
 
+// newRegistryFetcher is the registry:// fetcher for a command with its own
+// settings (serve): storePath "" is the default store; sources nil reads
+// sourcesPath ("" = the default sources file, if any).
+func newRegistryFetcher(storePath, sourcesPath, dockerConfig string, sources *oci.Sources) module.RegistryFetcher {
+	return &lazyRegistry{open: func() (*oci.Client, error) {
+		return oci.NewClient(oci.Options{
+			StorePath:        storePath,
+			SourcesPath:      sourcesPath,
+			Sources:          sources,
+			DockerConfigPath: dockerConfig,
+			Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+	}}
+}
+
 // lazyRegistry opens the OCI client (and the store) on the first registry:// module only.
 type lazyRegistry struct {
 	flags  *ociFlags
+	open   func() (*oci.Client, error)
 	once   sync.Once
 	client *oci.Client
 	err    error
 }
 
 func (l *lazyRegistry) Fetch(ctx context.Context, uri string) ([]byte, string, error) {
-	l.once.Do(func() { l.client, l.err = l.flags.client() })
+	l.once.Do(func() {
+		if l.open != nil {
+			l.client, l.err = l.open()
+		} else {
+			l.client, l.err = l.flags.client()
+		}
+	})
 	if l.err != nil {
 		return nil, "", l.err
 	}
