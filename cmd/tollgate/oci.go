@@ -58,15 +58,19 @@ func init() {
 
 // newRegistryFetcher is the registry:// fetcher for a command with its own
 // settings (serve): storePath "" is the default store; sources nil reads
-// sourcesPath ("" = the default sources file, if any).
-func newRegistryFetcher(storePath, sourcesPath, dockerConfig string, sources *oci.Sources) module.RegistryFetcher {
+// sourcesPath ("" = the default sources file, if any); logger nil logs
+// warnings to stderr.
+func newRegistryFetcher(storePath, sourcesPath, dockerConfig string, sources *oci.Sources, logger *slog.Logger) module.RegistryFetcher {
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	return &lazyRegistry{open: func() (*oci.Client, error) {
 		return oci.NewClient(oci.Options{
 			StorePath:        storePath,
 			SourcesPath:      sourcesPath,
 			Sources:          sources,
 			DockerConfigPath: dockerConfig,
-			Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Logger:           logger,
 		})
 	}}
 }
