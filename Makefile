@@ -28,7 +28,8 @@ demo: policies build
 tools:
 	./scripts/install-tools.sh
 
-# policies builds every example and built-in policy and the test fixtures.
+# policies builds every example and built-in policy and the test fixtures (skipping those that are
+# up to date; scripts/build-policies.sh -f rebuilds all).
 policies: tools
 	./scripts/build-policies.sh
 
@@ -49,3 +50,4 @@ check:
 
 clean:
 	rm -rf bin
+	find examples policies test/testdata/policies -name policy.wasm -o -name policy.raw.wasm 2>/dev/null | xargs -r rm -f

@@ -74,10 +74,21 @@ up_to_date() {
 	if [[ -n "$TOLLGATE_BIN" && -f "$dir/metadata.yml" ]] && ! grep -q io.kubewarden.metadata "$wasm"; then
 		return 1 # built before annotate existed
 	fi
-	local newer
+	newer_than_sources "$dir" "$wasm"
+}
+
+# newer_than_sources reports whether file exists and is newer than all of dir's sources; with a
+# third argument "code", metadata.yml and README.md do not count (they are not compiled).
+newer_than_sources() {
+	local dir="$1" file="$2" newer
+	[[ -f "$file" ]] || return 1
+	local -a docs=()
+	if [[ "${3:-}" != code && -f "$dir/metadata.yml" ]]; then
+		docs=(-o -name metadata.yml -o -name README.md)
+	fi
 	newer="$(source_dirs "$dir" | xargs -d '\n' -I{} find {} -type f \
-		\( -name '*.go' -o -name go.mod -o -name go.sum -o -name metadata.yml -o -name README.md \
-		-o -name policy.build \) -newer "$wasm" -print -quit)"
+		\( -name '*.go' -o -name go.mod -o -name go.sum -o -name policy.build "${docs[@]}" \) \
+		-newer "$file" -print -quit)"
 	[[ -z "$newer" ]]
 }
 
@@ -107,7 +118,9 @@ build_one() {
 		return 1
 		;;
 	esac
-	if ! (cd "$dir" && rm -f "$raw" && "${cmd[@]}") >"$out" 2>&1; then
+	if ((FORCE == 0)) && newer_than_sources "$dir" "$dir/$raw" code; then
+		: # compiled already (e.g. before tollgate annotate existed): only annotate
+	elif ! (cd "$dir" && rm -f "$raw" && "${cmd[@]}") >"$out" 2>&1; then
 		printf 'build-policies: FAILED %s (%s): %s\n' "$dir" "$kind" "${cmd[*]}" >&2
 		sed 's/^/    /' "$out" >&2
 		rm -f "$out" "$dir/$raw"
@@ -135,7 +148,8 @@ build_one() {
 		"$(($(stat -c %s "$dir/policy.wasm") / 1024))" "$how" >&2
 }
 
-# find_tollgate sets TOLLGATE_BIN to a tollgate binary that has an annotate command, or "".
+# find_tollgate sets TOLLGATE_BIN to the tollgate binary to annotate with, or "" when there is
+# none with an annotate command. bin/tollgate is only built (go build) by build_tollgate.
 find_tollgate() {
 	TOLLGATE_BIN=""
 	if [[ -n "${TOLLGATE:-}" ]]; then
@@ -144,11 +158,17 @@ find_tollgate() {
 		return 0
 	fi
 	# Until cmd/tollgate has an annotate command, policies are copied unannotated.
-	grep -qs -E 'newAnnotateCmd|"annotate' cmd/tollgate/*.go || return 0
-	"$GO" build -o bin/tollgate ./cmd/tollgate || die "go build ./cmd/tollgate failed (needed for tollgate annotate)"
-	if bin/tollgate annotate --help >/dev/null 2>&1; then
+	if grep -qs -E 'newAnnotateCmd|"annotate' cmd/tollgate/*.go; then
 		TOLLGATE_BIN="$ROOT/bin/tollgate"
 	fi
+}
+
+# build_tollgate builds bin/tollgate (incrementally) when it is the binary to annotate with.
+build_tollgate() {
+	[[ "$TOLLGATE_BIN" == "$ROOT/bin/tollgate" ]] || return 0
+	"$GO" build -o bin/tollgate ./cmd/tollgate || die "go build ./cmd/tollgate failed (needed for tollgate annotate)"
+	bin/tollgate annotate --help >/dev/null 2>&1 ||
+		die "bin/tollgate has no working annotate command (bin/tollgate annotate --help fails)"
 }
 
 # check_tinygo makes sure TinyGo and its seeded libraries are there (tinygo clean removes them).
@@ -197,6 +217,7 @@ main() {
 		return 0
 	fi
 	((need_tinygo == 0)) || check_tinygo
+	build_tollgate
 	[[ -n "$TOLLGATE_BIN" ]] || log "no tollgate annotate command yet: policy.wasm files are not annotated"
 	log "building ${#todo[@]} policies, $JOBS at a time ($skipped up to date)"
 

@@ -84,6 +84,9 @@ TINYGO_BIN="$TINYGO_ROOT/bin/tinygo"
 build_tinygo() {
 	command -v "$GO" >/dev/null || die "go not found (set GO=/path/to/go)"
 	mkdir -p "$TOOLS_DIR"
+	# Leftovers of runs that were killed (SIGKILL skips the cleanup trap); an hour is far longer
+	# than a build, so a concurrent run's directory is never removed.
+	find "$TOOLS_DIR" -maxdepth 1 -name ".tinygo-*" -type d -mmin +60 -exec rm -rf {} + 2>/dev/null || true
 	local tmp
 	tmp="$(mktemp -d "$TOOLS_DIR/.tinygo-$TINYGO_VERSION.XXXXXX")"
 	# shellcheck disable=SC2064 # expand now: tmp is local

@@ -1,0 +1,17 @@
+module github.com/tollgate-dev/tollgate/examples/raw-validation
+
+go 1.25
+
+require (
+	github.com/kubewarden/policy-sdk-go v0.13.1
+	github.com/wapc/wapc-guest-tinygo v0.3.3
+)
+
+require (
+	github.com/go-openapi/strfmt v0.21.3 // indirect
+	github.com/kubewarden/k8s-objects v1.29.0-kw1 // indirect
+)
+
+// Without this replace the SDK's dependency on go-openapi/strfmt pulls in net/http, which TinyGo
+// cannot build.
+replace github.com/go-openapi/strfmt => github.com/kubewarden/strfmt v0.1.3
