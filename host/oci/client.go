@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,9 @@ type Options struct {
 	Logger *slog.Logger
 	// UserAgent is sent to registries ("" = "tollgate").
 	UserAgent string
+	// Proxy chooses the proxy for a request (nil = http.ProxyFromEnvironment:
+	// HTTPS_PROXY, HTTP_PROXY, NO_PROXY).
+	Proxy func(*http.Request) (*url.URL, error)
 }
 
 // Client pulls and pushes policy modules and owns the local store. It is
@@ -88,6 +92,9 @@ func NewClient(opts Options) (*Client, error) {
 	}
 	if opts.UserAgent == "" {
 		opts.UserAgent = "tollgate"
+	}
+	if opts.Proxy == nil {
+		opts.Proxy = http.ProxyFromEnvironment
 	}
 	log := opts.Logger
 	if log == nil {
@@ -146,7 +153,7 @@ func (c *Client) conn(ctx context.Context, host string) *hostConn {
 		}
 		dialer := &net.Dialer{Timeout: c.opts.ConnectTimeout, KeepAlive: 30 * time.Second}
 		tr := &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
+			Proxy:                 c.opts.Proxy,
 			DialContext:           dialer.DialContext,
 			TLSClientConfig:       tlsCfg,
 			TLSHandshakeTimeout:   c.opts.ConnectTimeout,

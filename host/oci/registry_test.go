@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -564,5 +565,49 @@ func TestRegistryDownThenUp(t *testing.T) {
 	got, _, err := c.Fetch(ctx, uri)
 	if err != nil || !bytes.Equal(got, wasm) {
 		t.Fatalf("after restart: %v", err)
+	}
+}
+
+// Requests go through the configured proxy (by default the environment's;
+// Go never proxies loopback addresses taken from the environment, so the
+// test sets the proxy explicitly): a CONNECT tunnel to the TLS registry.
+func TestRegistryThroughProxy(t *testing.T) {
+	ctx := context.Background()
+	reg := ocitest.Start(t, ocitest.Options{TLS: true, Auth: true})
+	var tunnels atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect || r.Host != reg.Host {
+			http.Error(w, "CONNECT to the registry only", http.StatusForbidden)
+			return
+		}
+		upstream, err := net.Dial("tcp", r.Host)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		tunnels.Add(1)
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			upstream.Close()
+			return
+		}
+		_, _ = conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		go func() { _, _ = io.Copy(upstream, buf); upstream.Close() }()
+		go func() { _, _ = io.Copy(conn, upstream); conn.Close() }()
+	}))
+	t.Cleanup(proxy.Close)
+	proxyURL, _ := url.Parse(proxy.URL)
+	c := newClient(t, reg, func(o *oci.Options) { o.Proxy = http.ProxyURL(proxyURL) })
+	wasm := ocitest.Wasm(policyAnnotations, 500)
+	uri := reg.URI("proxied/p:v1")
+	if _, err := c.Push(ctx, wasm, uri, oci.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := c.Fetch(ctx, uri)
+	if err != nil || !bytes.Equal(got, wasm) {
+		t.Fatalf("fetch through the proxy: %v", err)
+	}
+	if tunnels.Load() == 0 {
+		t.Fatal("no request went through the proxy")
 	}
 }
