@@ -46,6 +46,7 @@ bench: policies
 check:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)
 	$(GO) vet ./...
+	@set -e; for m in $(SUBMODULES); do (cd $$m && $(GO) vet ./...); done
 	$(GO) mod tidy && git diff --exit-code go.mod go.sum
 
 clean:

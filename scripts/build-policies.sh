@@ -10,8 +10,9 @@
 # an `annotate` command is available, `tollgate annotate` writes policy.wasm from it (with
 # README.md as usage when present); otherwise policy.raw.wasm is copied to policy.wasm.
 #
-# A policy whose policy.wasm is newer than all its sources (*.go, go.mod, go.sum, metadata.yml,
-# README.md, policy.build, and the sources of local `replace` targets) is skipped.
+# A policy whose policy.wasm is newer than all its sources (*.go but *_test.go, go.mod, go.sum,
+# policy.build, the sources of local `replace` targets, and metadata.yml and README.md when it is
+# annotated) is skipped.
 #
 # Usage: scripts/build-policies.sh [-f] [DIR...]
 #   -f    rebuild even when up to date
@@ -28,6 +29,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 TINYGO_VERSION="${TINYGO_VERSION:-0.41.1}"
+# HOME may be unset in a stripped CI environment: fall back to the account's home directory.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
 TINYGO="${TINYGO:-$TOOLS_DIR/tinygo-$TINYGO_VERSION/bin/tinygo}"
 GO="${GO:-go}"
@@ -87,8 +90,8 @@ newer_than_sources() {
 		docs=(-o -name metadata.yml -o -name README.md)
 	fi
 	newer="$(source_dirs "$dir" | xargs -d '\n' -I{} find {} -type f \
-		\( -name '*.go' -o -name go.mod -o -name go.sum -o -name policy.build "${docs[@]}" \) \
-		-newer "$file" -print -quit)"
+		\( \( -name '*.go' -not -name '*_test.go' \) -o -name go.mod -o -name go.sum -o -name policy.build \
+		"${docs[@]}" \) -newer "$file" -print -quit)"
 	[[ -z "$newer" ]]
 }
 

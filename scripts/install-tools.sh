@@ -15,6 +15,8 @@
 set -euo pipefail
 
 TINYGO_VERSION="${TINYGO_VERSION:-0.41.1}"
+# HOME may be unset in a stripped CI environment: fall back to the account's home directory.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
 GO="${GO:-go}"
 LLVM_MAJOR=19
@@ -46,7 +48,8 @@ install_apt_packages() {
 	fi
 	local missing=() p
 	for p in "${APT_PACKAGES[@]}"; do
-		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+		# Like `dpkg -s`, but a package removed with its configuration left behind counts as missing.
+		[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 	done
 	if ((${#missing[@]} == 0)); then
 		return 0

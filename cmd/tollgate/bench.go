@@ -48,7 +48,7 @@ func newBenchCmd() *cobra.Command {
 count, mean, p50, p95 and p99 of the evaluation time (the guest call plus the
 host's request encoding, response decoding and JSONPatch diff).
 Takes the same inputs as run.`,
-		Example: `  tollgate bench examples/required-labels/policy.wasm -r examples/required-labels/testdata/pod.json -s examples/required-labels/testdata/settings.yaml
+		Example: `  tollgate bench examples/required-labels/policy.wasm -r examples/required-labels/testdata/pod-missing-label.json -s examples/required-labels/testdata/settings.yaml
   tollgate bench policy.wasm -r review.json --count 10000 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

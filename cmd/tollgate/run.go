@@ -27,7 +27,7 @@ REQUEST is an AdmissionReview or a bare AdmissionRequest (- reads stdin); with
 The default output is one line of compact JSON, as kwctl prints it.
 Exit status: 0 when the policy was evaluated (accepted or not), 1 otherwise
 (settings rejected, module or input errors, trap, timeout).`,
-		Example: `  tollgate run examples/capabilities-drop/policy.wasm -r examples/capabilities-drop/testdata/pod-add-caps.json
+		Example: `  tollgate run examples/capabilities-drop/policy.wasm -r examples/capabilities-drop/testdata/pod-adds-capabilities.json
   tollgate run policy.wasm -r review.json -s settings.yaml -o yaml
   cat review.json | tollgate run policy.wasm -r - --settings-json '{"mandatory_labels":["team"]}'`,
 		Args: cobra.ExactArgs(1),

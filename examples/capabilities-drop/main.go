@@ -8,6 +8,8 @@
 package main
 
 import (
+	// Registers the protocol_version operation that kwctl/tollgate annotate ask for.
+	_ "github.com/kubewarden/policy-sdk-go/protocol"
 	wapc "github.com/wapc/wapc-guest-tinygo"
 )
 

@@ -189,3 +189,26 @@ func TestValidateSettings(t *testing.T) {
 		})
 	}
 }
+
+// FuzzValidate checks that any payload gives a JSON answer (never a panic: in Wasm a panic is a
+// trap that costs the host an instance).
+func FuzzValidate(f *testing.F) {
+	for _, name := range []string{"pod-adds-capabilities.json", "pod-ephemeral-container.json", "pod-delete.json"} {
+		request, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(`{"request": ` + string(request) + `, "settings": {}}`))
+	}
+	f.Add([]byte(`{"request": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [1, {"securityContext": {"capabilities": {"add": "x", "drop": 3}}}]}}}}`))
+	f.Add([]byte(`{"request": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"], "drop": "BPF"}}}]}}}}`))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		out, err := validate(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(out) {
+			t.Fatalf("invalid JSON %q", out)
+		}
+	})
+}

@@ -130,3 +130,19 @@ func TestValidateSettings(t *testing.T) {
 		})
 	}
 }
+
+// FuzzValidate checks that any payload gives a JSON answer, never a panic.
+func FuzzValidate(f *testing.F) {
+	f.Add([]byte(`{"request": {"user": "alice", "action": "get"}, "settings": {"allowed_users": ["alice"]}}`))
+	f.Add([]byte(`{"request": "x", "settings": {}}`))
+	f.Add([]byte(`{"request": {"user": 1}, "settings": {"allowed_users": [null]}}`))
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		out, err := validate(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !json.Valid(out) {
+			t.Fatalf("invalid JSON %q", out)
+		}
+	})
+}

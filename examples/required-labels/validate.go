@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	kubewarden "github.com/kubewarden/policy-sdk-go"
-	"github.com/kubewarden/policy-sdk-go/protocol"
 )
 
 // RejectionCode is the status code of a rejection: 422 (Unprocessable Entity) is what the
@@ -29,15 +28,45 @@ type object struct {
 	} `json:"metadata"`
 }
 
+// validationRequest is the part of the ValidationRequest the policy reads. Decoding only these
+// fields (rather than protocol.ValidationRequest with the whole AdmissionRequest) keeps TinyGo's
+// reflection-based encoding/json off the hot path.
+type validationRequest struct {
+	Request struct {
+		Object json.RawMessage `json:"object"`
+	} `json:"request"`
+	Settings json.RawMessage `json:"settings"`
+}
+
+// settingsCache keeps the last settings parsed, keyed by their JSON: the host sends the same
+// settings with every request, and compiling the regular expressions each time would dominate
+// the evaluation. A module instance serves one policy, so one entry is enough.
+var settingsCache struct {
+	raw      string
+	settings *Settings
+}
+
+func cachedSettings(raw []byte) (*Settings, error) {
+	if settingsCache.settings != nil && settingsCache.raw == string(raw) {
+		return settingsCache.settings, nil
+	}
+	s, err := parseSettings(raw)
+	if err != nil {
+		return nil, err
+	}
+	settingsCache.raw, settingsCache.settings = string(raw), s
+	return s, nil
+}
+
 // validate is the waPC operation validate.
 func validate(payload []byte) ([]byte, error) {
-	var req protocol.ValidationRequest
+	var req validationRequest
 	if err := json.Unmarshal(payload, &req); err != nil {
 		return kubewarden.RejectRequest(
 			kubewarden.Message(fmt.Sprintf("cannot decode the validation request: %v", err)),
 			BadRequestCode)
 	}
-	settings, err := parseSettings(req.Settings)
+	settings, err := cachedSettings(req.Settings)
 	if err != nil {
 		// The host validated the settings at load time; this only happens when it did not.
 		return kubewarden.RejectRequest(kubewarden.Message("invalid settings: "+err.Error()), BadRequestCode)

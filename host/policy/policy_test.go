@@ -66,6 +66,10 @@ func load(t *testing.T, h *policy.Host, s policy.Spec) *policy.Policy {
 }
 
 func misbehave(t *testing.T, h *policy.Host, behaviour string, extra map[string]any) *policy.Policy {
+	return misbehaveWith(t, h, behaviour, extra, 500*time.Millisecond, 32<<20)
+}
+
+func misbehaveWith(t *testing.T, h *policy.Host, behaviour string, extra map[string]any, timeout time.Duration, memLimit uint64) *policy.Policy {
 	settings := map[string]any{"behaviour": behaviour}
 	for k, v := range extra {
 		settings[k] = v
@@ -73,7 +77,7 @@ func misbehave(t *testing.T, h *policy.Host, behaviour string, extra map[string]
 	b, _ := json.Marshal(settings)
 	return load(t, h, policy.Spec{
 		ID: "misbehave-" + behaviour, Module: testfixture.Module(t, "test/testdata/policies/misbehave"),
-		Settings: b, Timeout: 500 * time.Millisecond, MemoryLimitBytes: 32 << 20, PoolSize: 2,
+		Settings: b, Timeout: timeout, MemoryLimitBytes: memLimit, PoolSize: 2,
 	})
 }
 
@@ -162,23 +166,34 @@ func TestSettings(t *testing.T) {
 func TestMisbehavingPolicies(t *testing.T) {
 	h, _ := newHost(t)
 	ctx := context.Background()
+	const mib = 1 << 20
 	tests := []struct {
 		behaviour string
+		timeout   time.Duration
+		memLimit  uint64
 		want      error
 		text      string
 		within    time.Duration
 	}{
-		{"trap", wasm.ErrTrap, "", 2 * time.Second},
-		{"loop", wasm.ErrTimeout, "500ms", 2 * time.Second},
-		{"oom", wasm.ErrMemoryLimit, "33554432", 5 * time.Second},
-		{"invalid-json", policy.ErrInvalidResponse, "not a ValidationResponse", time.Second},
-		{"mutate-non-object", policy.ErrInvalidResponse, "mutated_object must be a JSON object", time.Second},
-		{"huge-output", policy.ErrInvalidResponse, "limit", 5 * time.Second},
+		{"trap", time.Second, 32 * mib, wasm.ErrTrap, "", 2 * time.Second},
+		{"loop", 500 * time.Millisecond, 32 * mib, wasm.ErrTimeout, "500ms", 2 * time.Second},
+		// Generous deadline: the memory cap, not the clock, must stop it.
+		{"oom", 20 * time.Second, 16 * mib, wasm.ErrMemoryLimit, "16777216", 20 * time.Second},
+		{"invalid-json", time.Second, 32 * mib, policy.ErrInvalidResponse, "not a ValidationResponse", time.Second},
+		{"mutate-non-object", time.Second, 32 * mib, policy.ErrInvalidResponse, "mutated_object must be a JSON object", time.Second},
+		// Enough memory for the 50 MB answer: the host's answer limit (16 MiB) must stop it.
+		{"huge-output", 30 * time.Second, 256 * mib, policy.ErrInvalidResponse, "the limit is 16777216", 30 * time.Second},
+		// The same answer under a 32 MiB cap: the memory cap stops it first.
+		{"huge-output", 10 * time.Second, 32 * mib, wasm.ErrMemoryLimit, "33554432", 10 * time.Second},
 	}
 	for _, tt := range tests {
-		t.Run(tt.behaviour, func(t *testing.T) {
-			p := misbehave(t, h, tt.behaviour, nil)
-			for round := 0; round < 3; round++ { // a broken instance is replaced every time
+		t.Run(fmt.Sprintf("%s/mem=%dMiB", tt.behaviour, tt.memLimit/mib), func(t *testing.T) {
+			p := misbehaveWith(t, h, tt.behaviour, nil, tt.timeout, tt.memLimit)
+			rounds := 3 // a broken instance is replaced every time
+			if tt.behaviour == "huge-output" {
+				rounds = 1 // each round moves 50 MB through the guest's heap: slow under -race
+			}
+			for round := 0; round < rounds; round++ {
 				start := time.Now()
 				_, err := p.Validate(ctx, []byte(podRequest))
 				if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.text) {

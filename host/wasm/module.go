@@ -164,6 +164,13 @@ func (p *Pool) Call(ctx context.Context, timeout time.Duration, operation string
 		return nil, err
 	}
 	out, err := inst.wi.Invoke(ctx, operation, payload)
+	if err == nil && ctx.Err() != nil {
+		// The guest answered, but only after its deadline (typically it gave up
+		// on a host call that was cut at the deadline). The answer is not
+		// trusted, and wazero closes an instance whose context is done.
+		p.discard(inst)
+		return nil, fmt.Errorf("%w after %s (the guest answered after its deadline)", ErrTimeout, timeout)
+	}
 	if err == nil {
 		// out is a view of the guest's linear memory: copy it before the
 		// instance serves another call.

@@ -17,6 +17,8 @@ func main() {
 	wapc.RegisterFunctions(wapc.Functions{
 		"validate":          validate,
 		"validate_settings": validateSettings,
+		// What policy-sdk-go's protocol package registers; annotate asks for it.
+		"protocol_version": func([]byte) ([]byte, error) { return []byte(`"v1"`), nil },
 	})
 }
 
