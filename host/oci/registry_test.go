@@ -323,6 +323,16 @@ func TestRegistryInsecure(t *testing.T) {
 		}
 	})
 
+	t.Run("oras push layout (empty config)", func(t *testing.T) {
+		// `oras push --artifact-type ... policy.wasm:application/vnd.wasm.content.layer.v1+wasm`
+		mod := ocitest.Wasm(nil, 100)
+		d := pushRaw(t, reg, "oras/mod", "v1", ocispec.MediaTypeEmptyJSON, oci.MediaTypeKubewardenLayer, mod)
+		got, gd, err := c.Fetch(ctx, reg.URI("oras/mod:v1"))
+		if err != nil || gd != d || !bytes.Equal(got, mod) {
+			t.Fatalf("oras layout: %s %v", gd, err)
+		}
+	})
+
 	t.Run("non-wasm layer", func(t *testing.T) {
 		pushRaw(t, reg, "images/tar", "v1", ocispec.MediaTypeImageConfig, ocispec.MediaTypeImageLayerGzip, []byte("not a tarball"))
 		_, err := c.Pull(ctx, reg.URI("images/tar:v1"), nil)
