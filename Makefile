@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: all build policies test test-modules bench check tools clean demo
+.PHONY: all build demo-modules bench-server policies test test-modules bench check tools clean demo
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod))
@@ -16,8 +16,17 @@ GOTEST_FLAGS ?= -timeout 40m
 
 all: build
 
-build:
+build: demo-modules
 	$(GO) build -o bin/tollgate ./cmd/tollgate
+
+# demo-modules copies the built example policies into internal/demo/modules, which the
+# binary embeds for `tollgate serve` without configuration (see docs/server.md).
+DEMO_EXAMPLES := capabilities-drop required-labels raw-validation
+demo-modules:
+	@mkdir -p internal/demo/modules
+	@for d in $(DEMO_EXAMPLES); do \
+		if [ -f examples/$$d/policy.wasm ]; then cmp -s examples/$$d/policy.wasm internal/demo/modules/$$d.wasm || cp examples/$$d/policy.wasm internal/demo/modules/$$d.wasm; \
+		else echo "demo-modules: examples/$$d/policy.wasm not built (make policies)" >&2; fi; done
 
 # demo installs everything, builds the example policies and tollgate, and runs the examples
 # through tollgate on their sample requests.
@@ -35,6 +44,7 @@ policies: tools
 
 # test runs every test: the root module (host, CLI, integration suites) and every submodule.
 test: policies test-modules
+	@$(MAKE) --no-print-directory demo-modules
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 test-modules:
@@ -42,6 +52,13 @@ test-modules:
 
 bench: policies
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+# bench-server measures `tollgate serve` against a native Go ceiling on loopback (about 5 minutes;
+# run it on an otherwise idle machine). Numbers go to docs/benchmarks.md by hand.
+BENCH_DURATION ?= 20s
+bench-server: policies build
+	$(GO) build -o bin/loadgen ./test/loadgen
+	bin/loadgen suite -tollgate bin/tollgate -duration $(BENCH_DURATION)
 
 check:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)

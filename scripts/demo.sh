@@ -27,3 +27,12 @@ show "go-image-registries (standard Go guest of sdk/): images from registries th
 	"$TG" run examples/go-image-registries/policy.wasm -r examples/go-image-registries/testdata/pod-denied.json -s examples/go-image-registries/testdata/settings.json
 show "Latency of the validating example (tollgate bench)" \
 	"$TG" bench examples/required-labels/policy.wasm -r examples/required-labels/testdata/pod-missing-label.json -s examples/required-labels/testdata/settings.json --count 2000
+
+# Finally the policy server: serve the embedded example policies over HTTPS with a generated
+# certificate, send one request per policy through it, and keep serving (Ctrl-C stops it; set
+# DEMO_EXIT=1 to stop after the sample requests).
+exit_flag=()
+[[ "${DEMO_EXIT:-}" == 1 ]] && exit_flag=(--demo-exit)
+printf '\n\033[1m%s\033[0m\n$ %s\n' "tollgate serve: the admission webhook on the embedded example policies (Ctrl-C to stop)" \
+	"$TG serve --demo --addr 127.0.0.1 ${exit_flag[*]}"
+exec "$TG" serve --demo --addr 127.0.0.1 "${exit_flag[@]}"

@@ -20,6 +20,7 @@ HTTPS admission webhook.`,
 		newBenchCmd(),
 		newInspectCmd(),
 		newAnnotateCmd(),
+		newServeCmd(),
 		newVersionCmd(),
 	)
 	return root

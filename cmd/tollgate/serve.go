@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tollgate-dev/tollgate/host/config"
+	"github.com/tollgate-dev/tollgate/host/module"
+	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/server"
+	"github.com/tollgate-dev/tollgate/internal/demo"
+)
+
+func newServeCmd() *cobra.Command {
+	o := config.Defaults()
+	var sendDemo, demoExit bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve policies as an HTTPS admission webhook (Kubewarden policy-server compatible)",
+		Long: `serve runs the policies of a Kubewarden policies.yml as an admission webhook:
+POST /validate/{id}, /validate_raw/{id} and /audit/{id} over HTTPS on --port, and
+GET /readiness, /livez, /metrics and /policies over plain HTTP on --readiness-probe-port.
+
+Without --policies it serves the embedded example policies; without --cert-file it
+generates a self-signed certificate and prints where its CA is. Every flag can also be
+set as TOLLGATE_<FLAG> in the environment (--policy-timeout: TOLLGATE_POLICY_TIMEOUT)
+or in the --config file; flags win over the environment, which wins over the file.
+
+policies.yml is reloaded when it changes and on SIGHUP; SIGTERM drains in-flight
+requests and exits.`,
+		Example: `  tollgate serve --demo
+  tollgate serve --policies policies.yml --cert-file tls.crt --key-file tls.key
+  TOLLGATE_WORKERS=4 tollgate serve --policies policies.yml --insecure-http --port 8080`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if demoExit && !sendDemo {
+				return errors.New("--demo-exit goes with --demo")
+			}
+			return runServe(cmd, &o, sendDemo, demoExit)
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&sendDemo, "demo", false, "once serving, send one sample request per example policy to the server and print the answers")
+	cmd.Flags().BoolVar(&demoExit, "demo-exit", false, "with --demo: shut down (draining) after printing the answers")
+	return cmd
+}
+
+func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	stderr := cmd.ErrOrStderr()
+
+	// flags > environment > --config file > defaults
+	cfgPath := o.ConfigPath
+	if !cmd.Flags().Changed("config") {
+		cfgPath = os.Getenv(config.EnvName("config"))
+	}
+	var cfgData []byte
+	if cfgPath != "" {
+		b, err := os.ReadFile(cfgPath)
+		if err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		cfgData = b
+	}
+	if err := config.ApplySources(cmd.Flags(), os.LookupEnv, cfgPath, cfgData); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*o, demo.Policies())
+	if err != nil {
+		return err
+	}
+	logger, err := newServeLogger(stderr, o)
+	if err != nil {
+		return err
+	}
+	if cfg.Embedded {
+		logger.Info("no --policies given: serving the embedded example policies", "policies", policyIDs(cfg))
+	}
+
+	host, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: o.CacheDir, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer host.Close(context.Background())
+	resolver, err := serveResolver(cfg.Sources)
+	if err != nil {
+		return err
+	}
+	if o.DockerConfigJSONPath != "" {
+		// registry clients read credentials from $DOCKER_CONFIG/config.json
+		os.Setenv("DOCKER_CONFIG", filepath.Dir(o.DockerConfigJSONPath))
+	}
+	loader := &server.HostLoader{Host: host, Resolver: resolveWith(resolver, cfg.Sources)}
+
+	var tlsCfg *tls.Config
+	var certs *server.CertReloader
+	caFile := o.ClientCAFile
+	serverCA := ""
+	if !o.InsecureHTTP {
+		certFile, keyFile := o.CertFile, o.KeyFile
+		if certFile == "" {
+			dir := o.StateDir
+			if dir == "" {
+				base, err := os.UserConfigDir()
+				if err != nil {
+					return fmt.Errorf("no --cert-file and no --state-dir for a generated certificate: %w", err)
+				}
+				dir = filepath.Join(base, "tollgate", "serve-tls")
+			}
+			var names []string
+			if ip := net.ParseIP(o.Addr); ip == nil || !ip.IsUnspecified() {
+				names = append(names, o.Addr)
+			}
+			if hn, err := os.Hostname(); err == nil {
+				names = append(names, hn)
+			}
+			ss, err := server.EnsureSelfSigned(dir, names...)
+			if err != nil {
+				return err
+			}
+			certFile, keyFile, serverCA = ss.CertFile, ss.KeyFile, ss.CAFile
+			verb := "reusing"
+			if ss.Generated {
+				verb = "generated"
+			}
+			fmt.Fprintf(stderr, "tollgate: no --cert-file: %s a self-signed certificate; clients must trust its CA:\n  %s\n", verb, ss.CAFile)
+		}
+		certs, err = server.NewCertReloader(certFile, keyFile, caFile, logger, nil)
+		if err != nil {
+			return err
+		}
+		certs.Watch(ctx, 10*time.Second)
+		defer certs.Close()
+		tlsCfg = certs.TLSConfig()
+	}
+
+	src := []byte(nil)
+	if !cfg.Embedded {
+		src, _ = os.ReadFile(o.PoliciesPath)
+	}
+	opts := *o
+	reread := func() (*config.Config, []byte, error) {
+		if cfg.Embedded {
+			c, err := config.Load(opts, demo.Policies())
+			return c, nil, err
+		}
+		b, err := os.ReadFile(opts.PoliciesPath)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--policies: %w", err)
+		}
+		pols, warns, err := config.ParsePolicies(opts.PoliciesPath, b)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &config.Config{Options: opts, Policies: pols, Warnings: warns, Sources: cfg.Sources}, b, nil
+	}
+	so := server.Options{Config: cfg, Loader: loader, Logger: logger, TLS: tlsCfg, Certs: certs, Reread: reread, Source: src}
+	if o.Watch && !cfg.Embedded {
+		so.WatchFiles = []string{o.PoliciesPath}
+	}
+	// signals are caught before the server is reachable: a SIGHUP must never
+	// meet the default action (exit)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	// Ctrl-C or SIGTERM while the policies load stops the loading.
+	loadCtx, cancelLoad := context.WithCancel(ctx)
+	defer cancelLoad()
+	loaded := make(chan struct{})
+	var interrupted atomic.Bool
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		for {
+			select {
+			case sig := <-sigs:
+				if sig != syscall.SIGHUP {
+					interrupted.Store(true)
+					cancelLoad()
+					return
+				}
+			case <-loaded:
+				return
+			}
+		}
+	}()
+	srv, err := server.New(loadCtx, so)
+	close(loaded)
+	<-watcherDone // a signal it took is seen below, not lost
+	if interrupted.Load() {
+		if srv != nil {
+			srv.Shutdown(context.Background())
+		}
+		return errors.New("interrupted while loading the policies")
+	}
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+
+	if sendDemo {
+		err := runDemo(cmd.OutOrStdout(), srv.Addr(), o.InsecureHTTP, serverCA, demoExit)
+		if err != nil {
+			logger.Error("demo requests failed", "error", err)
+		}
+		if demoExit {
+			sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+			defer cancel()
+			return errors.Join(err, srv.Shutdown(sctx))
+		}
+	}
+
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				go srv.Reload(ctx, "SIGHUP", true)
+				continue
+			}
+			logger.Info("shutting down: draining in-flight requests", "signal", sig.String(), "timeout", o.ShutdownTimeout)
+		case <-ctx.Done():
+			logger.Info("shutting down: draining in-flight requests", "timeout", o.ShutdownTimeout)
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+		err := srv.Shutdown(sctx)
+		cancel()
+		return err
+	}
+}
+
+func newServeLogger(w io.Writer, o *config.Options) (*slog.Logger, error) {
+	lvl, err := config.ParseLogLevel(o.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level=%s: %w", o.LogLevel, err)
+	}
+	ho := &slog.HandlerOptions{Level: lvl}
+	if o.LogFmt == "json" {
+		return slog.New(slog.NewJSONHandler(w, ho)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, ho)), nil
+}
+
+func policyIDs(cfg *config.Config) string {
+	ids := make([]string, 0, len(cfg.Policies))
+	for _, p := range cfg.Policies {
+		ids = append(ids, p.ID)
+	}
+	return strings.Join(ids, ",")
+}
+
+// serveResolver is the command's module resolver with the embedded example
+// modules under builtin://examples/ and sources.yml applied to http(s)://.
+func serveResolver(src config.Sources) (*module.Resolver, error) {
+	r := newResolver()
+	prev := r.Builtin
+	r.Builtin = func(name string) ([]byte, error) {
+		if strings.HasPrefix(name, demo.Prefix) {
+			return demo.Module(name)
+		}
+		if prev != nil {
+			return prev(name)
+		}
+		return nil, fmt.Errorf("no built-in module %q", name)
+	}
+	if len(src.InsecureSources) == 0 && len(src.SourceAuthorities) == 0 {
+		return r, nil
+	}
+	insecure := map[string]bool{}
+	for _, h := range src.InsecureSources {
+		insecure[h] = true
+	}
+	roots := map[string]*x509.CertPool{}
+	for host, certs := range src.SourceAuthorities {
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		for i, c := range certs {
+			data := c.Data
+			if c.Path != "" {
+				b, err := os.ReadFile(c.Path)
+				if err != nil {
+					return nil, fmt.Errorf("--sources-path: source_authorities.%s[%d]: %w", host, i, err)
+				}
+				data = b
+			}
+			if !pool.AppendCertsFromPEM(data) {
+				return nil, fmt.Errorf("--sources-path: source_authorities.%s[%d]: no PEM certificate", host, i)
+			}
+		}
+		roots[host] = pool
+	}
+	lookup := func(hostport string) (bool, *x509.CertPool) {
+		host, _, _ := net.SplitHostPort(hostport)
+		for _, k := range []string{hostport, host} {
+			if insecure[k] {
+				return true, nil
+			}
+			if p := roots[k]; p != nil {
+				return false, p
+			}
+		}
+		return false, nil
+	}
+	dialer := &net.Dialer{Timeout: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(addr)
+			skip, pool := lookup(addr)
+			c := &tls.Config{ServerName: host, RootCAs: pool, InsecureSkipVerify: skip, MinVersion: tls.VersionTLS12}
+			return tls.DialWithDialer(dialer, network, addr, c)
+		},
+	}
+	r.HTTPClient = &http.Client{Timeout: 60 * time.Second, Transport: tr,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if req.URL.Scheme == "http" {
+				if skip, _ := lookup(req.URL.Host); !skip {
+					return fmt.Errorf("redirect to plain http://%s, which is not an insecure source", req.URL.Host)
+				}
+			}
+			return nil
+		}}
+	r.AllowHTTP = len(insecure) > 0
+	return r, nil
+}
+
+// resolveWith fetches a module, allowing plain http:// only for the insecure
+// sources of sources.yml.
+func resolveWith(r *module.Resolver, src config.Sources) server.ResolverFunc {
+	insecure := map[string]bool{}
+	for _, h := range src.InsecureSources {
+		insecure[h] = true
+	}
+	return func(ctx context.Context, uri string) ([]byte, error) {
+		if strings.HasPrefix(uri, "http://") {
+			u, err := url.Parse(uri)
+			if err != nil {
+				return nil, err
+			}
+			if !insecure[u.Host] && !insecure[u.Hostname()] {
+				return nil, fmt.Errorf("%w %q: plain http:// is allowed only for hosts listed in sources.yml insecure_sources", module.ErrFetch, uri)
+			}
+		}
+		m, err := r.Resolve(ctx, uri)
+		if err != nil {
+			return nil, err
+		}
+		return m.Wasm, nil
+	}
+}
+
+// runDemo sends the sample requests to the server and prints the answers.
+func runDemo(w io.Writer, addr string, plain bool, caFile string, exiting bool) error {
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	base := "https://" + net.JoinHostPort(host, port)
+	tr := &http.Transport{}
+	if plain {
+		base = "http://" + net.JoinHostPort(host, port)
+	} else if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return err
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	} else {
+		return errors.New("--demo needs the generated certificate (no --cert-file) or --insecure-http")
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+	u, _ := url.Parse(base)
+	fmt.Fprintf(w, "\ntollgate serve --demo: one request per example policy to %s\n", u)
+	for _, rq := range demo.Requests() {
+		resp, err := client.Post(base+rq.Path, "application/json", strings.NewReader(rq.Body))
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out struct {
+			Response json.RawMessage `json:"response"`
+		}
+		json.Unmarshal(body, &out)
+		fmt.Fprintf(w, "\n%s (%s, expect %s): HTTP %s\n  %s\n", rq.Path, rq.Title, rq.Expect, strconv.Itoa(resp.StatusCode), out.Response)
+		var patch struct {
+			Patch []byte `json:"patch"`
+		}
+		if json.Unmarshal(out.Response, &patch) == nil && len(patch.Patch) > 0 {
+			fmt.Fprintf(w, "  patch, decoded: %s\n", patch.Patch)
+		}
+	}
+	cacert := ""
+	if !plain {
+		cacert = " --cacert " + caFile
+	}
+	intro := "Try it yourself:"
+	if exiting {
+		// this server is about to stop: point at the one `tollgate serve` starts
+		intro = "Try it yourself: run `tollgate serve`, then:"
+		base = "https://127.0.0.1:3000"
+		if plain {
+			base = "http://127.0.0.1:3000"
+		}
+	}
+	fmt.Fprintf(w, "\n%s\n  curl%s -H 'Content-Type: application/json' --data '%s' %s/validate_raw/raw-validation\n\n",
+		intro, cacert, `{"request":{"user":"mallory","action":"get","resource":"secrets/db"}}`, base)
+	return nil
+}

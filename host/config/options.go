@@ -1,0 +1,313 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// EnvPrefix prefixes the environment variable of every server flag:
+// --policy-timeout is TOLLGATE_POLICY_TIMEOUT.
+const EnvPrefix = "TOLLGATE_"
+
+// Options are the policy server's settings, from flags, environment, an
+// optional server config file and defaults (in that order of precedence).
+type Options struct {
+	PoliciesPath         string
+	SourcesPath          string
+	DockerConfigJSONPath string
+	ConfigPath           string // the server config file itself
+
+	Addr               string
+	Port               int
+	ReadinessProbePort int
+	CertFile           string
+	KeyFile            string
+	ClientCAFile       string
+	InsecureHTTP       bool
+
+	Workers          int
+	QueueSize        int
+	PolicyTimeout    time.Duration
+	MemoryLimitBytes int64
+	MaxRequestBytes  int64
+	ReadTimeout      time.Duration
+	WriteTimeout     time.Duration
+	ShutdownTimeout  time.Duration
+
+	AlwaysAcceptNamespace string
+	Strict                bool
+	Watch                 bool
+	CacheDir              string
+	StateDir              string
+
+	LogLevel string
+	LogFmt   string
+}
+
+// Defaults returns the default options (policy-server's where it has one).
+func Defaults() Options {
+	return Options{
+		Addr:               "0.0.0.0",
+		Port:               3000,
+		ReadinessProbePort: 8081,
+		Workers:            runtime.NumCPU(),
+		QueueSize:          0, // 0: 64 per worker, see EffectiveQueueSize
+		PolicyTimeout:      2 * time.Second,
+		MemoryLimitBytes:   256 << 20,
+		MaxRequestBytes:    3 << 20, // the Kubernetes API server's own request limit is 3 MiB
+		ReadTimeout:        10 * time.Second,
+		WriteTimeout:       30 * time.Second,
+		ShutdownTimeout:    30 * time.Second,
+		Watch:              true,
+		LogLevel:           "info",
+		LogFmt:             "text",
+	}
+}
+
+// EffectiveQueueSize is the number of requests allowed to wait for a worker.
+func (o *Options) EffectiveQueueSize() int {
+	if o.QueueSize > 0 {
+		return o.QueueSize
+	}
+	return 64 * o.Workers
+}
+
+// AddFlags registers the server flags on fs, bound to o, with o's current
+// values as defaults.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.PoliciesPath, "policies", o.PoliciesPath, "policies.yml to serve (empty: the embedded example policies)")
+	fs.StringVar(&o.SourcesPath, "sources-path", o.SourcesPath, "sources.yml: insecure sources and extra CA certificates per host")
+	fs.StringVar(&o.DockerConfigJSONPath, "docker-config-json-path", o.DockerConfigJSONPath, "Docker config.json with registry credentials")
+	fs.StringVar(&o.ConfigPath, "config", o.ConfigPath, "server config file: YAML map of flag names to values (flags > env > this file > defaults)")
+	fs.StringVar(&o.Addr, "addr", o.Addr, "address to listen on")
+	fs.IntVar(&o.Port, "port", o.Port, "port of the admission webhook (HTTPS)")
+	fs.IntVar(&o.ReadinessProbePort, "readiness-probe-port", o.ReadinessProbePort, "port of the plain-HTTP /readiness, /livez, /metrics and /policies endpoints")
+	fs.StringVar(&o.CertFile, "cert-file", o.CertFile, "TLS certificate (PEM), reloaded when it changes; empty: a generated self-signed certificate")
+	fs.StringVar(&o.KeyFile, "key-file", o.KeyFile, "TLS private key (PEM), reloaded when it changes")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA bundle (PEM) that client certificates must chain to (mTLS)")
+	fs.BoolVar(&o.InsecureHTTP, "insecure-http", o.InsecureHTTP, "serve the webhook over plain HTTP (local use only)")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "evaluations running at once (and Wasm instances per policy)")
+	fs.IntVar(&o.QueueSize, "queue-size", o.QueueSize, "requests that may wait for a worker before the server answers 503 (0: 64 per worker)")
+	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "evaluation deadline per request, host calls included (a policy's timeoutEvalSeconds overrides it)")
+	fs.Int64Var(&o.MemoryLimitBytes, "policy-memory-limit", o.MemoryLimitBytes, "linear memory limit per policy instance, in bytes")
+	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted; larger ones get 413")
+	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "time to read a whole request")
+	fs.DurationVar(&o.WriteTimeout, "write-timeout", o.WriteTimeout, "time to write a whole response")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "time to drain in-flight requests on SIGTERM")
+	fs.StringVar(&o.AlwaysAcceptNamespace, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNamespace, "accept every request in this namespace without evaluating policies")
+	fs.BoolVar(&o.Strict, "strict", o.Strict, "exit at start-up if any policy fails to load (default: serve the others, answer 500 for the failed one)")
+	fs.BoolVar(&o.Watch, "watch", o.Watch, "reload policies.yml when it changes (SIGHUP always reloads)")
+	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "wazero compilation cache directory (empty: the user cache dir)")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "where a generated certificate and CA are written (empty: the user config dir)")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "trace, debug, info, warn or error")
+	fs.StringVar(&o.LogFmt, "log-fmt", o.LogFmt, "text or json")
+}
+
+// EnvName is the environment variable for a flag name.
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// ApplySources fills every flag of fs that was not set on the command line
+// from the environment (TOLLGATE_<FLAG>) or, failing that, from the server
+// config file (a YAML map of flag names to scalar values; configFile names it
+// in errors). lookupEnv is os.LookupEnv in production.
+func ApplySources(fs *pflag.FlagSet, lookupEnv func(string) (string, bool), configFile string, configData []byte) error {
+	fileValues, err := parseServerFile(configFile, configData)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for name := range fileValues {
+		if fs.Lookup(name) == nil {
+			errs = append(errs, &FieldError{File: configFile, Field: name, Reason: "unknown option (not a flag of tollgate serve)"})
+		}
+	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || f.Name == "help" {
+			return
+		}
+		if v, ok := lookupEnv(EnvName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("environment %s: value %q: %w: %v", EnvName(f.Name), v, ErrInvalid, err))
+			}
+			return
+		}
+		if v, ok := fileValues[f.Name]; ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, &FieldError{File: configFile, Field: f.Name, Value: strconv.Quote(v), Reason: err.Error()})
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func parseServerFile(file string, data []byte) (map[string]string, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, nil
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: %w: %v", file, ErrSyntax, err)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, &FieldError{File: file, Line: root.Line, Value: show(root), Reason: "must be a map of flag names to values"}
+	}
+	out := map[string]string{}
+	var errs []error
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if v.Kind != yaml.ScalarNode {
+			errs = append(errs, &FieldError{File: file, Line: v.Line, Field: k.Value, Value: show(v), Reason: "must be a scalar"})
+			continue
+		}
+		out[k.Value] = v.Value
+	}
+	return out, errors.Join(errs...)
+}
+
+// Validate checks the options and names every bad value.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(flag string, value any, reason string) {
+		errs = append(errs, fmt.Errorf("--%s=%v: %w: %s", flag, value, ErrInvalid, reason))
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		bad("port", o.Port, "must be 0-65535")
+	}
+	if o.ReadinessProbePort < 0 || o.ReadinessProbePort > 65535 {
+		bad("readiness-probe-port", o.ReadinessProbePort, "must be 0-65535")
+	}
+	if o.Port != 0 && o.Port == o.ReadinessProbePort {
+		bad("readiness-probe-port", o.ReadinessProbePort, "must differ from --port")
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		bad("cert-file", o.CertFile, "--cert-file and --key-file go together")
+	}
+	if o.InsecureHTTP && (o.CertFile != "" || o.ClientCAFile != "") {
+		bad("insecure-http", true, "contradicts --cert-file/--client-ca-file")
+	}
+	if o.Workers < 1 || o.Workers > 1024 {
+		bad("workers", o.Workers, "must be 1-1024")
+	}
+	if o.QueueSize < 0 {
+		bad("queue-size", o.QueueSize, "must be >= 0")
+	}
+	if o.PolicyTimeout <= 0 || o.PolicyTimeout > time.Hour {
+		bad("policy-timeout", o.PolicyTimeout, "must be > 0 and <= 1h")
+	}
+	if o.MemoryLimitBytes < 1<<20 {
+		bad("policy-memory-limit", o.MemoryLimitBytes, "must be at least 1 MiB")
+	}
+	if o.MaxRequestBytes < 1024 {
+		bad("max-request-bytes", o.MaxRequestBytes, "must be at least 1024")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"read-timeout", o.ReadTimeout}, {"write-timeout", o.WriteTimeout}, {"shutdown-timeout", o.ShutdownTimeout}} {
+		if d.v <= 0 {
+			bad(d.name, d.v, "must be > 0")
+		}
+	}
+	if _, err := ParseLogLevel(o.LogLevel); err != nil {
+		bad("log-level", o.LogLevel, err.Error())
+	}
+	if o.LogFmt != "text" && o.LogFmt != "json" {
+		bad("log-fmt", o.LogFmt, "must be text or json")
+	}
+	return errors.Join(errs...)
+}
+
+// ParseLogLevel maps policy-server's level names to slog levels.
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "trace", "debug":
+		return slog.LevelDebug, nil
+	case "info", "":
+		return slog.LevelInfo, nil
+	case "warn", "warning":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, errors.New("must be trace, debug, info, warn or error")
+}
+
+// Config is everything the server needs: options, policies and sources.
+type Config struct {
+	Options  Options
+	Policies []Policy
+	Sources  Sources
+	// Warnings about the configuration that do not stop it from loading.
+	Warnings []Warning
+	// Embedded is true when the policies come from the embedded default.
+	Embedded bool
+}
+
+// Policy returns the policy with the given id.
+func (c *Config) Policy(id string) (*Policy, bool) {
+	i := sort.Search(len(c.Policies), func(i int) bool { return c.Policies[i].ID >= id })
+	if i < len(c.Policies) && c.Policies[i].ID == id {
+		return &c.Policies[i], true
+	}
+	return nil, false
+}
+
+// ReadFile is os.ReadFile; a variable so that Load's callers in tests can
+// substitute a file system.
+var readFile = os.ReadFile
+
+// Load reads and validates the policies and sources files named in o (it
+// only reads files). defaultPolicies is used when o.PoliciesPath is empty.
+func Load(o Options, defaultPolicies []byte) (*Config, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := &Config{Options: o}
+	var pdata []byte
+	file := o.PoliciesPath
+	if file == "" {
+		pdata, file, cfg.Embedded = defaultPolicies, "(embedded default policies.yml)", true
+	} else {
+		b, err := readFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--policies: %w", err)
+		}
+		pdata = b
+	}
+	pols, warns, err := ParsePolicies(file, pdata)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Policies, cfg.Warnings = pols, warns
+	if o.SourcesPath != "" {
+		b, err := readFile(o.SourcesPath)
+		if err != nil {
+			return nil, fmt.Errorf("--sources-path: %w", err)
+		}
+		if cfg.Sources, err = ParseSources(o.SourcesPath, b); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}

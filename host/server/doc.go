@@ -1,0 +1,15 @@
+// Package server is tollgate's admission webhook: HTTPS routes
+// (/validate/{id}, /validate_raw/{id}, /audit/{id}), the plain-HTTP probe
+// port (/readiness, /livez, /metrics, /policies), TLS with certificate
+// reload, bounded concurrency with a bounded queue, body limits, timeouts,
+// graceful drain, and hot reload of the policy set with an atomic swap.
+//
+// It owns Kubewarden's admission semantics on top of a policy's raw
+// verdict: monitor mode, allowedToMutate, no mutation of DELETE, message
+// override with the original in status.details.causes, policy groups, and
+// the always-accept namespace.
+//
+// It must NOT know how a policy runs (Wasm, waPC, instance pools: that is
+// host/policy behind the Loader interface), how modules are fetched
+// (host/module), or how configuration files are parsed (host/config).
+package server

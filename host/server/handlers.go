@@ -1,0 +1,493 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/config"
+	"github.com/tollgate-dev/tollgate/host/group"
+	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/wasm"
+)
+
+type endpointKind int
+
+const (
+	kindValidate endpointKind = iota
+	kindAudit
+	kindRaw
+)
+
+func (k endpointKind) String() string {
+	return [...]string{"validate", "audit", "validate_raw"}[k]
+}
+
+// errOverloaded: no worker became free in time, or the queue is full.
+var errOverloaded = errors.New("server overloaded")
+
+// errThrottled: the policy recently exceeded its deadline or memory limit and
+// already has its one evaluation running.
+var errThrottled = errors.New("throttled: the policy exceeded its time or memory limit recently, so it runs one evaluation at a time")
+
+// throttleWindow is how long a policy stays throttled after an evaluation
+// that hit its deadline or memory limit.
+const throttleWindow = 30 * time.Second
+
+// limiter bounds concurrent evaluations (workers) and the requests waiting
+// for one (queue). A full queue is answered at once instead of growing.
+type limiter struct {
+	slots   chan struct{}
+	waiting atomic.Int64
+	maxWait int64
+}
+
+func newLimiter(workers, queue int) *limiter {
+	return &limiter{slots: make(chan struct{}, workers), maxWait: int64(queue)}
+}
+
+func (l *limiter) acquire(ctx context.Context, wait time.Duration, queued func(delta float64)) error {
+	select {
+	case l.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	if l.waiting.Add(1) > l.maxWait {
+		l.waiting.Add(-1)
+		return errOverloaded
+	}
+	queued(1)
+	defer func() { l.waiting.Add(-1); queued(-1) }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case l.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return errOverloaded
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *limiter) release() { <-l.slots }
+
+// input is a decoded request.
+type input struct {
+	uid       string
+	operation string
+	namespace string
+	req       *admission.Request // validate and audit
+	raw       []byte             // validate_raw: the value of "request"
+}
+
+// decision is the outcome of one evaluation.
+type decision struct {
+	resp     *admission.Response
+	accepted bool
+	mutated  bool
+	costly   bool // the evaluation hit its deadline or memory limit
+}
+
+func (s *Server) handleValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) {
+	code := s.serveValidate(w, r, kind)
+	s.m.requests.WithLabelValues(kind.String(), strconv.Itoa(code)).Inc()
+}
+
+func httpError(w http.ResponseWriter, code int, format string, args ...any) int {
+	http.Error(w, fmt.Sprintf(format, args...), code)
+	return code
+}
+
+func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) int {
+	id := r.PathValue("id")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return httpError(w, http.StatusRequestEntityTooLarge, "request body larger than %d bytes", mbe.Limit)
+		}
+		return httpError(w, http.StatusBadRequest, "reading the request body: %v", err)
+	}
+	in, err := decodeInput(kind, body)
+	if err != nil {
+		return httpError(w, http.StatusBadRequest, "%s/%s: %v", kind, id, err)
+	}
+	log := s.log.With("policy", id, "uid", in.uid, "endpoint", kind.String())
+
+	if kind == kindValidate && s.opts.AlwaysAcceptNamespace != "" && in.namespace == s.opts.AlwaysAcceptNamespace {
+		s.m.acceptedByNsTot.Inc()
+		return s.write(w, kind, http.StatusOK, &admission.Response{UID: in.uid, Allowed: true})
+	}
+
+	set := s.acquire()
+	defer set.release()
+	e, ok := set.entries[id]
+	if !ok {
+		return httpError(w, http.StatusNotFound, "no policy %q in the serving configuration", id)
+	}
+	if e.err != nil {
+		log.Warn("request for a policy that failed to load", "error", e.err)
+		return s.write(w, kind, http.StatusInternalServerError,
+			admission.Errored(in.uid, http.StatusInternalServerError, fmt.Errorf("policy %s is not loaded: %v", id, e.err)))
+	}
+
+	if e.throttleUntil.Load() > time.Now().UnixNano() {
+		if e.throttled.Add(1) > 1 {
+			e.throttled.Add(-1)
+			d := s.errored(log, e, kind, in, errThrottled)
+			return s.write(w, kind, http.StatusOK, d.resp)
+		}
+		defer e.throttled.Add(-1)
+	}
+
+	waitCtx := r.Context()
+	if err := s.lim.acquire(waitCtx, s.opts.PolicyTimeout, s.m.queued.Add); err != nil {
+		s.m.overloaded.Inc()
+		w.Header().Set("Retry-After", "1")
+		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded (%d workers busy, queue full or wait expired): %v", s.opts.Workers, err)
+	}
+	start := time.Now()
+	d := func() decision {
+		s.m.inFlight.Inc()
+		defer s.m.inFlight.Dec()
+		defer s.lim.release() // also if an evaluation panics
+		if e.cfg.IsGroup() {
+			return s.evalGroup(r.Context(), log, e, kind, in)
+		}
+		return s.evalPolicy(r.Context(), log, e, kind, in)
+	}()
+	elapsed := time.Since(start)
+	// a request the client gave up on is not the policy's fault
+	if d.costly && r.Context().Err() == nil {
+		if e.throttleUntil.Swap(time.Now().Add(throttleWindow).UnixNano()) < time.Now().UnixNano() {
+			log.Warn("policy exceeded its time or memory limit: one evaluation at a time for a while", "window", throttleWindow)
+		}
+	}
+
+	mode := string(e.cfg.Mode)
+	if kind == kindAudit {
+		mode = "audit"
+	}
+	labels := []string{id, mode, in.operation, boolLabel(d.accepted), boolLabel(d.mutated)}
+	s.m.evaluations.WithLabelValues(labels...).Inc()
+	s.m.evalDuration.WithLabelValues(labels...).Observe(elapsed.Seconds())
+	if log.Enabled(r.Context(), slog.LevelDebug) {
+		log.Debug("evaluated", "allowed", d.resp.Allowed, "mutated", d.mutated, "duration", elapsed)
+	}
+	return s.write(w, kind, http.StatusOK, d.resp)
+}
+
+func decodeInput(kind endpointKind, body []byte) (*input, error) {
+	if kind == kindRaw {
+		if err := admission.CheckJSON(body); err != nil {
+			return nil, err
+		}
+		var env struct {
+			Request json.RawMessage `json:"request"`
+		}
+		if t := bytes.TrimSpace(body); t[0] != '{' {
+			return nil, errors.New(`the body must be {"request": <any JSON>}`)
+		}
+		if err := json.Unmarshal(body, &env); err != nil {
+			return nil, err
+		}
+		req := bytes.TrimSpace(env.Request)
+		if len(req) == 0 {
+			return nil, errors.New(`the body must be {"request": <any JSON>}: "request" is missing`)
+		}
+		in := &input{raw: req, operation: "raw"}
+		if req[0] == '{' {
+			var u struct {
+				UID any `json:"uid"`
+			}
+			if json.Unmarshal(req, &u) == nil {
+				if s, ok := u.UID.(string); ok {
+					in.uid = s
+				}
+			}
+		}
+		return in, nil
+	}
+	req, err := admission.ParseReview(body)
+	if err != nil {
+		return nil, err
+	}
+	return &input{uid: req.UID, operation: req.Operation, namespace: req.Namespace, req: req}, nil
+}
+
+func (s *Server) write(w http.ResponseWriter, kind endpointKind, code int, resp *admission.Response) int {
+	var v any
+	if kind == kindRaw {
+		v = struct {
+			Response *admission.Response `json:"response"`
+		}{resp}
+	} else {
+		v = admission.NewReview(resp)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return httpError(w, http.StatusInternalServerError, "encoding the response: %v", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(b)
+	return code
+}
+
+// errorReason classifies an evaluation error for metrics.
+func errorReason(err error) string {
+	switch {
+	case errors.Is(err, wasm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, wasm.ErrTrap):
+		return "trap"
+	case errors.Is(err, wasm.ErrMemoryLimit):
+		return "memory"
+	case errors.Is(err, policy.ErrInvalidResponse):
+		return "invalid_response"
+	case errors.Is(err, policy.ErrWrongPolicyType):
+		return "wrong_type"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, errThrottled):
+		return "throttled"
+	}
+	return "other"
+}
+
+// run evaluates one unit.
+func run(ctx context.Context, u *unit, kind endpointKind, in *input) (*policy.Result, error) {
+	if kind == kindRaw {
+		res, err := u.eval.ValidateRaw(ctx, in.raw)
+		if err != nil {
+			return nil, err
+		}
+		if mo := bytes.TrimSpace(res.Response.MutatedObject); len(mo) > 0 && string(mo) != "null" && res.Patch == nil {
+			p, err := admission.Diff(in.raw, mo)
+			if err != nil {
+				return nil, fmt.Errorf("%w: mutated_object: %v", policy.ErrInvalidResponse, err)
+			}
+			res.Patch = p
+		}
+		return res, nil
+	}
+	return u.eval.Evaluate(ctx, in.req)
+}
+
+// evalPolicy evaluates a single policy and applies the admission semantics.
+func (s *Server) evalPolicy(ctx context.Context, log *slog.Logger, e *entry, kind endpointKind, in *input) decision {
+	res, err := run(ctx, e.unit, kind, in)
+	if err != nil {
+		return s.errored(log, e, kind, in, err)
+	}
+	v := res.Verdict()
+	if len(v.Patch) > 0 && string(v.Patch) == "[]" {
+		v.Patch = nil
+	}
+	if kind == kindAudit {
+		// the raw verdict: no monitor mode, no mutation checks, no message override
+		resp := admission.FromVerdict(in.uid, v)
+		return decision{resp: resp, accepted: resp.Allowed, mutated: len(resp.Patch) > 0}
+	}
+	v = applySemantics(&e.cfg, in.operation, v)
+	resp := fromVerdictWithCauses(in.uid, v, e.cfg.Message)
+	return s.monitor(log, &e.cfg, kind, in, decision{resp: resp, accepted: resp.Allowed, mutated: len(resp.Patch) > 0})
+}
+
+// applySemantics: a mutation by a policy not allowed to mutate, or of a
+// DELETE request, becomes a rejection.
+func applySemantics(cfg *config.Policy, operation string, v admission.Verdict) admission.Verdict {
+	if len(v.Patch) == 0 || !v.Accepted {
+		v.Patch = nil
+		return v
+	}
+	switch {
+	case !cfg.AllowedToMutate:
+		return admission.Verdict{Accepted: false, Warnings: v.Warnings, AuditAnnotations: v.AuditAnnotations,
+			Message: fmt.Sprintf("Request rejected by policy %s. The policy attempted to mutate the request, but it is currently configured to not allow mutations.", cfg.ID)}
+	case operation == "DELETE":
+		return admission.Verdict{Accepted: false, Warnings: v.Warnings, AuditAnnotations: v.AuditAnnotations,
+			Message: fmt.Sprintf("Request rejected by policy %s. The policy attempted to mutate a DELETE request, which has no object to mutate.", cfg.ID)}
+	}
+	return v
+}
+
+// fromVerdictWithCauses builds the response; a rejection with a configured
+// message carries that message and the policy's own in the causes.
+func fromVerdictWithCauses(uid string, v admission.Verdict, message string) *admission.Response {
+	orig := v.Message
+	if !v.Accepted && message != "" {
+		v.Message = message
+	}
+	resp := admission.FromVerdict(uid, v)
+	if !v.Accepted && message != "" && orig != "" {
+		resp.Status.Details = &admission.StatusDetails{Causes: []admission.StatusCause{{Message: orig}}}
+	}
+	return resp
+}
+
+// monitor turns d into an acceptance for monitor-mode policies, logging what
+// would have happened.
+func (s *Server) monitor(log *slog.Logger, cfg *config.Policy, kind endpointKind, in *input, d decision) decision {
+	if cfg.Mode != config.ModeMonitor || kind == kindAudit {
+		return d
+	}
+	if !d.resp.Allowed || d.mutated {
+		msg := ""
+		if d.resp.Status != nil {
+			msg = d.resp.Status.Message
+		}
+		log.Info("monitor mode: the request would have been "+map[bool]string{true: "mutated", false: "rejected"}[d.resp.Allowed],
+			"allowed", d.resp.Allowed, "mutated", d.mutated, "message", msg, "operation", in.operation)
+	}
+	return decision{resp: &admission.Response{UID: in.uid, Allowed: true}, accepted: true}
+}
+
+func (s *Server) errored(log *slog.Logger, e *entry, kind endpointKind, in *input, err error) decision {
+	reason := errorReason(err)
+	s.m.evalErrors.WithLabelValues(e.cfg.ID, reason).Inc()
+	lvl := slog.LevelWarn
+	if reason == "throttled" {
+		lvl = slog.LevelDebug // one line per throttled request would flood the log under attack
+	}
+	log.Log(context.Background(), lvl, "evaluation failed", "reason", reason, "error", err)
+	code := int32(http.StatusInternalServerError)
+	if reason == "wrong_type" {
+		code = http.StatusBadRequest
+	}
+	d := decision{resp: admission.Errored(in.uid, code, fmt.Errorf("policy %s: evaluation failed: %v", e.cfg.ID, err))}
+	d = s.monitor(log, &e.cfg, kind, in, d)
+	d.costly = reason == "timeout" || reason == "memory"
+	return d
+}
+
+// evalGroup evaluates a group's expression lazily; rejecting members' verdicts
+// go to status.details.causes. Groups never mutate.
+func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind endpointKind, in *input) decision {
+	var causes []admission.StatusCause
+	var warnings []string
+	var annotations map[string]string
+	accepted, err := group.Eval(e.cfg.Group.Expr, func(name string) (bool, error) {
+		u := e.members[name]
+		res, err := run(ctx, u, kind, in)
+		if err != nil {
+			return false, fmt.Errorf("member %s: %w", name, err)
+		}
+		if res.Patch != nil {
+			log.Debug("group member returned a mutation; groups do not mutate, it is ignored", "member", name)
+		}
+		warnings = append(warnings, res.Response.Warnings...)
+		for k, v := range res.Response.AuditAnnotations {
+			if annotations == nil {
+				annotations = map[string]string{}
+			}
+			annotations[k] = v
+		}
+		if !res.Response.Accepted {
+			msg := "rejected"
+			if res.Response.Message != nil && *res.Response.Message != "" {
+				msg = *res.Response.Message
+			}
+			causes = append(causes, admission.StatusCause{Field: "spec.policies." + name, Message: msg})
+		}
+		return res.Response.Accepted, nil
+	})
+	if err != nil {
+		return s.errored(log, e, kind, in, err)
+	}
+	resp := &admission.Response{UID: in.uid, Allowed: accepted, Warnings: warnings, AuditAnnotations: annotations}
+	if !accepted {
+		msg := e.cfg.Message
+		if msg == "" {
+			msg = fmt.Sprintf("the request was rejected by policy group %s", e.cfg.ID)
+		}
+		resp.Status = &admission.Status{Message: msg}
+		if len(causes) > 0 {
+			resp.Status.Details = &admission.StatusDetails{Causes: causes}
+		}
+	}
+	return s.monitor(log, &e.cfg, kind, in, decision{resp: resp, accepted: accepted})
+}
+
+// policyInfo is one /policies entry.
+type policyInfo struct {
+	ID              string       `json:"id"`
+	Kind            string       `json:"kind"`
+	Module          string       `json:"module,omitempty"`
+	Digest          string       `json:"digest,omitempty"`
+	Mode            string       `json:"mode"`
+	AllowedToMutate bool         `json:"allowedToMutate"`
+	State           string       `json:"state"`
+	Error           string       `json:"error,omitempty"`
+	LoadedAt        *time.Time   `json:"loadedAt,omitempty"`
+	Expression      string       `json:"expression,omitempty"`
+	Members         []memberInfo `json:"members,omitempty"`
+}
+
+type memberInfo struct {
+	Name   string `json:"name"`
+	Module string `json:"module"`
+	Digest string `json:"digest,omitempty"`
+	State  string `json:"state"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
+	set := s.acquire()
+	defer set.release()
+	s.statusMu.RLock()
+	last := s.lastReload
+	s.statusMu.RUnlock()
+	out := struct {
+		Generation uint64       `json:"generation"`
+		LoadedAt   time.Time    `json:"loadedAt"`
+		Embedded   bool         `json:"embedded,omitempty"`
+		LastReload reloadStatus `json:"lastReload"`
+		Policies   []policyInfo `json:"policies"`
+	}{Generation: set.gen, LoadedAt: set.loadedAt, Embedded: set.cfg.Embedded, LastReload: last, Policies: []policyInfo{}}
+	ids := make([]string, 0, len(set.entries))
+	for id := range set.entries {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		e := set.entries[id]
+		pi := policyInfo{ID: id, Kind: "policy", Mode: string(e.cfg.Mode), AllowedToMutate: e.cfg.AllowedToMutate, State: e.state()}
+		if e.err != nil {
+			pi.Error = e.err.Error()
+		}
+		if e.unit != nil {
+			pi.Module, pi.Digest = e.unit.module, e.unit.digest
+			if !e.unit.loadedAt.IsZero() {
+				t := e.unit.loadedAt
+				pi.LoadedAt = &t
+			}
+		} else {
+			pi.Kind, pi.Expression = "group", e.cfg.Group.Expression
+			for _, m := range e.cfg.Group.Members {
+				u := e.members[m.Name]
+				mi := memberInfo{Name: m.Name, Module: u.module, Digest: u.digest, State: stateReady}
+				if u.err != nil {
+					mi.State, mi.Error = stateFailed, u.err.Error()
+				}
+				pi.Members = append(pi.Members, mi)
+			}
+		}
+		out.Policies = append(out.Policies, pi)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(out)
+}

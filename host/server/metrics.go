@@ -1,0 +1,126 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the server's Prometheus metrics, registered on a registry of
+// its own (so several servers can live in one process, as in tests).
+type metrics struct {
+	reg *prometheus.Registry
+
+	evaluations     *prometheus.CounterVec
+	evalDuration    *prometheus.HistogramVec
+	evalErrors      *prometheus.CounterVec
+	requests        *prometheus.CounterVec
+	inFlight        prometheus.Gauge
+	queued          prometheus.Gauge
+	overloaded      prometheus.Counter
+	policyLoaded    *prometheus.GaugeVec
+	reloads         *prometheus.CounterVec
+	lastReload      prometheus.Gauge
+	generation      prometheus.Gauge
+	loadDuration    prometheus.Histogram
+	certReloads     *prometheus.CounterVec
+	certNotAfter    prometheus.Gauge
+	unitsLoaded     *prometheus.CounterVec
+	acceptedByNsTot prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := func(c prometheus.Collector) { m.reg.MustRegister(c) }
+
+	m.evaluations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_evaluations_total",
+		Help: "Admission evaluations by policy, mode, operation and outcome (after admission semantics).",
+	}, []string{"policy", "mode", "operation", "accepted", "mutated"})
+	f(m.evaluations)
+	m.evalDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tollgate_policy_evaluation_duration_seconds",
+		Help:    "Time to evaluate a policy or group, queueing excluded.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"policy", "mode", "operation", "accepted", "mutated"})
+	f(m.evalDuration)
+	m.evalErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_evaluation_errors_total",
+		Help: "Evaluations that failed (timeout, trap, memory, invalid_response, other).",
+	}, []string{"policy", "reason"})
+	f(m.evalErrors)
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_server_requests_total",
+		Help: "Webhook HTTP requests by endpoint and status code.",
+	}, []string{"endpoint", "code"})
+	f(m.requests)
+	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_server_requests_in_flight",
+		Help: "Webhook requests being evaluated now.",
+	})
+	f(m.inFlight)
+	m.queued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_server_requests_queued",
+		Help: "Webhook requests waiting for a worker.",
+	})
+	f(m.queued)
+	m.overloaded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_server_overload_rejections_total",
+		Help: "Requests answered 503 because the queue was full or the wait for a worker expired.",
+	})
+	f(m.overloaded)
+	m.policyLoaded = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_policy_loaded",
+		Help: "1 when the policy (or group) of the serving configuration is loaded, 0 when it failed.",
+	}, []string{"policy"})
+	f(m.policyLoaded)
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_config_reloads_total",
+		Help: "Configuration reloads by outcome (success, failure, unchanged).",
+	}, []string{"outcome"})
+	f(m.reloads)
+	m.lastReload = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_config_last_reload_success_timestamp_seconds",
+		Help: "Unix time of the last configuration that was loaded and swapped in.",
+	})
+	f(m.lastReload)
+	m.generation = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_config_generation",
+		Help: "Generation of the serving configuration (1 at start, +1 per successful reload).",
+	})
+	f(m.generation)
+	m.loadDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "tollgate_config_load_duration_seconds",
+		Help:    "Time to build a policy set (fetch, compile, validate settings).",
+		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	})
+	f(m.loadDuration)
+	m.unitsLoaded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_config_policy_loads_total",
+		Help: "Policies (and group members) loaded by outcome: loaded, reused (unchanged across a reload), failed.",
+	}, []string{"outcome"})
+	f(m.unitsLoaded)
+	m.certReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_tls_certificate_reloads_total",
+		Help: "Serving certificate reloads by outcome.",
+	}, []string{"outcome"})
+	f(m.certReloads)
+	m.certNotAfter = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_tls_certificate_expiry_timestamp_seconds",
+		Help: "Unix time at which the serving certificate expires.",
+	})
+	f(m.certNotAfter)
+	m.acceptedByNsTot = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_server_always_accepted_total",
+		Help: "Requests accepted without evaluation because of --always-accept-admission-reviews-on-namespace.",
+	})
+	f(m.acceptedByNsTot)
+	return m
+}
+
+func boolLabel(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}

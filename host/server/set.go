@@ -1,0 +1,319 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/config"
+	"github.com/tollgate-dev/tollgate/host/policy"
+)
+
+// Evaluator is a loaded policy as the server sees it. *policy.Policy
+// implements it.
+type Evaluator interface {
+	Evaluate(ctx context.Context, req *admission.Request) (*policy.Result, error)
+	ValidateRaw(ctx context.Context, request []byte) (*policy.Result, error)
+	Close(ctx context.Context)
+}
+
+// Loader fetches modules and loads policies. HostLoader adapts a
+// policy.Host and a module resolver.
+type Loader interface {
+	// Resolve fetches a module; digest identifies its bytes (sha256:...).
+	Resolve(ctx context.Context, uri string) (wasm []byte, digest string, err error)
+	// Load compiles (or reuses) the module and validates the settings.
+	Load(ctx context.Context, spec policy.Spec) (Evaluator, error)
+}
+
+// Resolver is what HostLoader needs from host/module.
+type Resolver interface {
+	Resolve(ctx context.Context, uri string) ([]byte, error)
+}
+
+// ResolverFunc adapts a function to Resolver.
+type ResolverFunc func(ctx context.Context, uri string) ([]byte, error)
+
+// Resolve calls f.
+func (f ResolverFunc) Resolve(ctx context.Context, uri string) ([]byte, error) { return f(ctx, uri) }
+
+// HostLoader loads policies with a policy.Host.
+type HostLoader struct {
+	Host     *policy.Host
+	Resolver Resolver
+}
+
+// Resolve fetches the module and digests it.
+func (l *HostLoader) Resolve(ctx context.Context, uri string) ([]byte, string, error) {
+	b, err := l.Resolver.Resolve(ctx, uri)
+	if err != nil {
+		return nil, "", err
+	}
+	return b, digestOf(b), nil
+}
+
+// Load loads a policy.
+func (l *HostLoader) Load(ctx context.Context, spec policy.Spec) (Evaluator, error) {
+	p, err := l.Host.Load(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Load states reported by /policies and tollgate_policy_loaded.
+const (
+	stateReady  = "ready"
+	stateFailed = "failed"
+)
+
+// unit is one loaded module with its settings: a policy or a group member.
+type unit struct {
+	id       string // policy id, or "group/member"
+	module   string
+	settings json.RawMessage
+	timeout  time.Duration
+	digest   string
+	key      string
+	eval     Evaluator
+	err      error
+	loadedAt time.Time
+}
+
+// entry is one policy or group of a set.
+type entry struct {
+	cfg     config.Policy
+	unit    *unit            // single policy
+	members map[string]*unit // group
+	err     error            // load error (first member error for groups)
+
+	// throttleUntil (unix ns): after an evaluation that hit its deadline or
+	// memory limit, the policy runs one evaluation at a time until then, so
+	// a misbehaving policy cannot occupy every worker.
+	throttleUntil atomic.Int64
+	throttled     atomic.Int32 // evaluations running while throttled
+}
+
+func (e *entry) state() string {
+	if e.err != nil {
+		return stateFailed
+	}
+	return stateReady
+}
+
+// policySet is an immutable generation of loaded policies. Requests hold a
+// reference while they run; a retired set closes the evaluators it does not
+// share with its successor once its last request finished.
+type policySet struct {
+	gen      uint64
+	cfg      *config.Config
+	source   []byte // the policies.yml bytes it was built from (nil for embedded)
+	entries  map[string]*entry
+	units    map[string]*unit // by key
+	loadedAt time.Time
+
+	refs    atomic.Int64
+	retired atomic.Bool
+	once    sync.Once
+	drained chan struct{}
+}
+
+func newSet(gen uint64, cfg *config.Config) *policySet {
+	return &policySet{gen: gen, cfg: cfg, entries: map[string]*entry{}, units: map[string]*unit{}, drained: make(chan struct{}), loadedAt: time.Now()}
+}
+
+func (s *policySet) release() {
+	if s.refs.Add(-1) == 0 && s.retired.Load() {
+		s.once.Do(func() { close(s.drained) })
+	}
+}
+
+func (s *policySet) retire() {
+	s.retired.Store(true)
+	if s.refs.Load() == 0 {
+		s.once.Do(func() { close(s.drained) })
+	}
+}
+
+// failed lists the ids of entries that did not load.
+func (s *policySet) failed() []string {
+	var out []string
+	for id, e := range s.entries {
+		if e.err != nil {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unitKey identifies a loaded unit for reuse across reloads: same id, module
+// bytes, settings and limits mean the loaded policy can be shared.
+func unitKey(id, digest string, settings json.RawMessage, timeout time.Duration, o *config.Options, car []config.ContextAwareResource) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00", id, digest, settings, timeout, o.MemoryLimitBytes, o.Workers)
+	for _, r := range car {
+		b.WriteString(r.APIVersion + "/" + r.Kind + ",")
+	}
+	return b.String()
+}
+
+type buildStats struct {
+	loaded, reused, failed int
+}
+
+// build loads cfg into a new set, reusing units of old (may be nil) whose key
+// did not change. Policies load in parallel; modules are fetched once per URI.
+func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *policySet) (*policySet, buildStats) {
+	s := newSet(gen, cfg)
+	o := &cfg.Options
+	type job struct {
+		u   *unit
+		car []config.ContextAwareResource
+	}
+	var jobs []job
+	for i := range cfg.Policies {
+		p := cfg.Policies[i]
+		e := &entry{cfg: p}
+		s.entries[p.ID] = e
+		if p.IsGroup() {
+			e.members = map[string]*unit{}
+			for _, m := range p.Group.Members {
+				u := &unit{id: p.ID + "/" + m.Name, module: m.Module, settings: m.Settings, timeout: m.Timeout}
+				e.members[m.Name] = u
+				jobs = append(jobs, job{u, m.ContextAwareResources})
+			}
+		} else {
+			e.unit = &unit{id: p.ID, module: p.Module, settings: p.Settings, timeout: p.Timeout}
+			jobs = append(jobs, job{e.unit, p.ContextAwareResources})
+		}
+	}
+
+	// Fetch each URI once.
+	type fetched struct {
+		once   sync.Once
+		wasm   []byte
+		digest string
+		err    error
+	}
+	var fmu sync.Mutex
+	fetches := map[string]*fetched{}
+	fetch := func(uri string) *fetched {
+		fmu.Lock()
+		f, ok := fetches[uri]
+		if !ok {
+			f = &fetched{}
+			fetches[uri] = f
+		}
+		fmu.Unlock()
+		f.once.Do(func() { f.wasm, f.digest, f.err = l.Resolve(ctx, uri) })
+		return f
+	}
+
+	var stats buildStats
+	var smu sync.Mutex
+	sem := make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(u *unit, car []config.ContextAwareResource) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f := fetch(u.module)
+			if f.err != nil {
+				u.err = f.err
+				smu.Lock()
+				stats.failed++
+				smu.Unlock()
+				return
+			}
+			timeout := u.timeout
+			if timeout <= 0 {
+				timeout = o.PolicyTimeout
+			}
+			u.digest = f.digest
+			u.key = unitKey(u.id, f.digest, u.settings, timeout, o, car)
+			if old != nil {
+				if ou, ok := old.units[u.key]; ok && ou.eval != nil {
+					u.eval, u.loadedAt = ou.eval, ou.loadedAt
+					smu.Lock()
+					stats.reused++
+					smu.Unlock()
+					return
+				}
+			}
+			ev, err := l.Load(ctx, policy.Spec{
+				ID: u.id, Module: f.wasm, Settings: u.settings, Timeout: timeout,
+				MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
+			})
+			smu.Lock()
+			defer smu.Unlock()
+			if err != nil {
+				u.err = err
+				stats.failed++
+				return
+			}
+			u.eval, u.loadedAt = ev, time.Now()
+			stats.loaded++
+		}(j.u, j.car)
+	}
+	wg.Wait()
+
+	for _, e := range s.entries {
+		if e.unit != nil {
+			e.err = e.unit.err
+			if e.unit.eval != nil {
+				s.units[e.unit.key] = e.unit
+			}
+			continue
+		}
+		names := make([]string, 0, len(e.members))
+		for n := range e.members {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			u := e.members[n]
+			if u.eval != nil {
+				s.units[u.key] = u
+			} else if e.err == nil {
+				e.err = fmt.Errorf("member %s: %w", n, u.err)
+			}
+		}
+	}
+	return s, stats
+}
+
+// closeUnshared closes the evaluators of old that next does not use. next
+// may be nil (shutdown: close everything).
+func closeUnshared(ctx context.Context, old, next *policySet) int {
+	keep := map[Evaluator]bool{}
+	if next != nil {
+		for _, u := range next.units {
+			keep[u.eval] = true
+		}
+	}
+	n := 0
+	for _, u := range old.units {
+		if !keep[u.eval] {
+			u.eval.Close(ctx)
+			n++
+		}
+	}
+	return n
+}
