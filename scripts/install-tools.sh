@@ -37,7 +37,9 @@ APT_PACKAGES=(
 	"libclang-rt-${LLVM_MAJOR}-dev-wasm32"
 	wasi-libc
 	binaryen
-	# --- add further packages here (e.g. docker-registry for the OCI tests) ---
+	# OCI tests (host/oci, cmd/tollgate push/pull): a real registry, CNCF distribution 2.8
+	docker-registry
+	# --- add further packages here ---
 )
 
 install_apt_packages() {

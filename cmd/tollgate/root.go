@@ -21,7 +21,15 @@ HTTPS admission webhook.`,
 		newInspectCmd(),
 		newAnnotateCmd(),
 		newServeCmd(),
+		newPushCmd(),
+		newPullCmd(),
+		newPoliciesCmd(),
+		newRmCmd(),
+		newDigestCmd(),
+		newSaveCmd(),
+		newLoadCmd(),
 		newVersionCmd(),
 	)
+	addOCIPersistentFlags(root)
 	return root
 }

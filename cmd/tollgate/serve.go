@@ -108,6 +108,9 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if err != nil {
 		return err
 	}
+	if resolver.Registry, err = serveRegistry(o, cfg.Sources, logger); err != nil {
+		return err
+	}
 	if o.DockerConfigJSONPath != "" {
 		// registry clients read credentials from $DOCKER_CONFIG/config.json
 		os.Setenv("DOCKER_CONFIG", filepath.Dir(o.DockerConfigJSONPath))
