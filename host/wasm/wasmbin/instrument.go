@@ -1,0 +1,510 @@
+package wasmbin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// InterruptGlobal is the export name of the global that Instrument adds.
+const InterruptGlobal = "__tollgate_interrupt"
+
+// ErrUnsupported is returned by Instrument for a module it cannot rewrite
+// safely (an instruction or section it does not know). The caller must then run
+// the module unmodified and bound it another way.
+var ErrUnsupported = errors.New("module cannot be instrumented")
+
+const (
+	sectionImport = 2
+	sectionGlobal = 6
+	sectionCode   = 10
+
+	opLoop = 0x03
+)
+
+// sectionRank orders the non-custom sections as the binary format requires.
+var sectionRank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
+
+// Instrument rewrites a module so that a host can interrupt it: it adds a
+// mutable i32 global (initially 0), exports it as InterruptGlobal, and makes
+// every loop start with
+//
+//	global.get $interrupt
+//	if
+//	  unreachable
+//	end
+//
+// so that setting the global to a non-zero value makes the guest trap at its
+// next loop iteration. Every other section is copied byte for byte, except
+// `.debug_*` custom sections, whose code offsets would be wrong, which are
+// dropped. Instrument returns an error wrapping ErrUnsupported or
+// ErrMalformed, and never panics, for input it does not fully understand.
+func Instrument(wasm []byte) (out []byte, globalName string, err error) {
+	secs, err := Sections(wasm)
+	if err != nil {
+		return nil, "", err
+	}
+	exports, err := Exports(wasm)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, e := range exports {
+		if e.Name == InterruptGlobal {
+			return nil, "", fmt.Errorf("%w: it already exports %q", ErrUnsupported, InterruptGlobal)
+		}
+	}
+	lastRank := 0
+	seen := map[byte]bool{}
+	var importedGlobals, definedGlobals uint64
+	for _, s := range secs {
+		if s.ID == sectionCustom {
+			continue
+		}
+		r, ok := sectionRank[s.ID]
+		if !ok {
+			return nil, "", fmt.Errorf("%w: unknown section id %d at byte %d", ErrUnsupported, s.ID, s.Start)
+		}
+		if r <= lastRank || seen[s.ID] {
+			return nil, "", fmt.Errorf("%w: section id %d at byte %d is out of order or repeated", ErrMalformed, s.ID, s.Start)
+		}
+		lastRank = r
+		seen[s.ID] = true
+		switch s.ID {
+		case sectionImport:
+			importedGlobals, err = countGlobalImports(s.Payload)
+			if err != nil {
+				return nil, "", fmt.Errorf("import section at byte %d: %w", s.Start, err)
+			}
+		case sectionGlobal:
+			r := &reader{b: s.Payload}
+			definedGlobals = uint64(r.u32())
+			if r.err != nil {
+				return nil, "", fmt.Errorf("%w: global section at byte %d: %v", ErrMalformed, s.Start, r.err)
+			}
+		}
+	}
+	g := importedGlobals + definedGlobals
+	if g >= 1<<32-1 {
+		return nil, "", fmt.Errorf("%w: too many globals", ErrUnsupported)
+	}
+	check := []byte{0x23}
+	check = appendUleb(check, g)
+	check = append(check, 0x04, 0x40, 0x00, 0x0b)
+
+	// The new global: i32, mutable, init i32.const 0.
+	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+	newExport := appendUleb(nil, uint64(len(InterruptGlobal)))
+	newExport = append(newExport, InterruptGlobal...)
+	newExport = append(newExport, 3)
+	newExport = appendUleb(newExport, g)
+
+	out = make([]byte, 0, len(wasm)+len(wasm)/16+64)
+	out = append(out, wasm[:len(Magic)]...)
+	globalDone, exportDone := false, false
+	emitMissing := func(rank int) {
+		if !globalDone && rank > sectionRank[sectionGlobal] {
+			out = appendSection(out, sectionGlobal, append([]byte{1}, newGlobal...))
+			globalDone = true
+		}
+		if !exportDone && rank > sectionRank[sectionExport] {
+			out = appendSection(out, sectionExport, append([]byte{1}, newExport...))
+			exportDone = true
+		}
+	}
+	for _, s := range secs {
+		if s.ID == sectionCustom {
+			if strings.HasPrefix(s.Name, ".debug_") {
+				continue
+			}
+			out = append(out, wasm[s.Start:s.End]...)
+			continue
+		}
+		emitMissing(sectionRank[s.ID])
+		switch s.ID {
+		case sectionGlobal:
+			out = appendSection(out, sectionGlobal, appendVecEntry(s.Payload, newGlobal))
+			globalDone = true
+		case sectionExport:
+			out = appendSection(out, sectionExport, appendVecEntry(s.Payload, newExport))
+			exportDone = true
+		case sectionCode:
+			code, err := instrumentCode(s.Payload, check)
+			if err != nil {
+				return nil, "", fmt.Errorf("code section at byte %d: %w", s.Start, err)
+			}
+			out = appendSection(out, sectionCode, code)
+		default:
+			out = append(out, wasm[s.Start:s.End]...)
+		}
+	}
+	emitMissing(1 << 30)
+	return out, InterruptGlobal, nil
+}
+
+func appendSection(out []byte, id byte, payload []byte) []byte {
+	out = append(out, id)
+	out = appendUleb(out, uint64(len(payload)))
+	return append(out, payload...)
+}
+
+// appendVecEntry returns a vector (count + entries) with one more entry.
+// The payload's count has been validated by the caller.
+func appendVecEntry(payload, entry []byte) []byte {
+	r := &reader{b: payload}
+	n := r.u32()
+	p := appendUleb(make([]byte, 0, len(payload)+len(entry)+5), uint64(n)+1)
+	p = append(p, payload[r.off:]...)
+	return append(p, entry...)
+}
+
+func countGlobalImports(p []byte) (uint64, error) {
+	r := &reader{b: p}
+	n := r.u32()
+	var globals uint64
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		r.name()
+		r.name()
+		switch kind := r.byte(); kind {
+		case 0: // func: type index
+			r.u32()
+		case 1: // table: reftype, limits
+			r.byte()
+			r.limits()
+		case 2: // memory: limits
+			r.limits()
+		case 3: // global: valtype, mutability
+			r.valType()
+			r.byte()
+			globals++
+		case 4: // tag: attribute, type index
+			r.byte()
+			r.u32()
+		default:
+			if r.err == nil {
+				r.fail(fmt.Errorf("%w: import %d has unknown kind %d", ErrUnsupported, i, kind))
+			}
+		}
+	}
+	if r.err != nil {
+		return 0, r.wrapped()
+	}
+	return globals, nil
+}
+
+// instrumentCode rewrites the payload of the code section.
+func instrumentCode(p []byte, check []byte) ([]byte, error) {
+	r := &reader{b: p}
+	n := r.u32()
+	if r.err != nil {
+		return nil, r.wrapped()
+	}
+	out := appendUleb(make([]byte, 0, len(p)+len(p)/16+16), uint64(n))
+	var body []byte
+	for i := uint32(0); i < n; i++ {
+		size := r.u32()
+		start := r.off
+		if r.err == nil && uint64(size) > uint64(len(p)-start) {
+			r.fail(fmt.Errorf("%w: body of %d bytes overruns the section", ErrMalformed, size))
+		}
+		if r.err != nil {
+			return nil, fmt.Errorf("function body %d: %w", i, r.wrapped())
+		}
+		fr := &reader{b: p[start : start+int(size)]}
+		var err error
+		body, err = instrumentBody(body[:0], fr, check)
+		if err != nil {
+			return nil, fmt.Errorf("function body %d: %w", i, err)
+		}
+		out = appendUleb(out, uint64(len(body)))
+		out = append(out, body...)
+		r.off = start + int(size)
+	}
+	if r.off != len(p) {
+		return nil, fmt.Errorf("%w: %d bytes after the last function body", ErrMalformed, len(p)-r.off)
+	}
+	return out, nil
+}
+
+func instrumentBody(out []byte, r *reader, check []byte) ([]byte, error) {
+	groups := r.u32()
+	for i := uint32(0); i < groups && r.err == nil; i++ {
+		r.u32()
+		r.valType()
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("locals: %w", r.wrapped())
+	}
+	out = append(out, r.b[:r.off]...)
+	for r.off < len(r.b) {
+		start := r.off
+		op := r.instruction()
+		if r.err != nil {
+			return nil, fmt.Errorf("instruction at body offset %d (opcode 0x%02x): %w", start, r.b[start], r.wrapped())
+		}
+		out = append(out, r.b[start:r.off]...)
+		if op == opLoop {
+			out = append(out, check...)
+		}
+	}
+	if len(r.b) == 0 || r.b[len(r.b)-1] != 0x0b {
+		return nil, fmt.Errorf("%w: body does not end with `end`", ErrMalformed)
+	}
+	return out, nil
+}
+
+// reader decodes from b; the first error sticks and later reads return zero.
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *reader) wrapped() error {
+	if errors.Is(r.err, ErrUnsupported) || errors.Is(r.err, ErrMalformed) {
+		return r.err
+	}
+	return fmt.Errorf("%w: %v", ErrMalformed, r.err)
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil {
+		return 0
+	}
+	if r.off >= len(r.b) {
+		r.fail(errors.New("unexpected end"))
+		return 0
+	}
+	c := r.b[r.off]
+	r.off++
+	return c
+}
+
+func (r *reader) skip(n int) {
+	if r.err != nil {
+		return
+	}
+	if n > len(r.b)-r.off {
+		r.fail(errors.New("unexpected end"))
+		return
+	}
+	r.off += n
+}
+
+// leb reads an unsigned or signed LEB128 of at most bits bits and returns its
+// raw unsigned value and, for signed reads, whether it is negative.
+func (r *reader) leb(bits uint, signed bool) (uint64, bool) {
+	var v uint64
+	var shift uint
+	maxBytes := int((bits + 6) / 7)
+	for i := 0; i < maxBytes; i++ {
+		c := r.byte()
+		if r.err != nil {
+			return 0, false
+		}
+		v |= uint64(c&0x7f) << shift
+		shift += 7
+		if c&0x80 == 0 {
+			neg := signed && c&0x40 != 0
+			if neg && shift < 64 {
+				v |= ^uint64(0) << shift
+			}
+			return v, neg
+		}
+	}
+	r.fail(fmt.Errorf("LEB128 integer longer than %d bytes", maxBytes))
+	return 0, false
+}
+
+func (r *reader) u32() uint32 {
+	v, _ := r.leb(32, false)
+	if v > 1<<32-1 {
+		r.fail(errors.New("u32 out of range"))
+	}
+	return uint32(v)
+}
+
+func (r *reader) name() {
+	n := r.u32()
+	r.skip(int(n))
+}
+
+func (r *reader) limits() {
+	flags := r.byte()
+	if flags > 7 {
+		r.fail(fmt.Errorf("%w: limits flags 0x%02x", ErrUnsupported, flags))
+		return
+	}
+	r.leb(64, false)
+	if flags&1 != 0 {
+		r.leb(64, false)
+	}
+}
+
+func isValType(c byte) bool {
+	switch c {
+	case 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f:
+		return true
+	}
+	return false
+}
+
+func (r *reader) valType() {
+	c := r.byte()
+	if r.err == nil && !isValType(c) {
+		r.fail(fmt.Errorf("%w: value type 0x%02x", ErrUnsupported, c))
+	}
+}
+
+func (r *reader) blockType() {
+	if r.err != nil {
+		return
+	}
+	if r.off < len(r.b) {
+		c := r.b[r.off]
+		if c == 0x40 || isValType(c) {
+			r.off++
+			return
+		}
+	}
+	_, neg := r.leb(33, true)
+	if neg {
+		r.fail(fmt.Errorf("%w: block type 0x%02x", ErrUnsupported, r.b[r.off-1]))
+	}
+}
+
+func (r *reader) memarg() {
+	align := r.u32()
+	if align&0x40 != 0 {
+		r.u32() // memory index (multi-memory)
+	}
+	r.leb(64, false) // offset (u64 for memory64)
+}
+
+// instruction decodes one instruction and returns its opcode.
+func (r *reader) instruction() byte {
+	op := r.byte()
+	switch {
+	case op <= 0x01, op == 0x05, op == 0x0a, op == 0x0b, op == 0x0f, op == 0x19, op == 0x1a, op == 0x1b:
+		// unreachable, nop, else, throw_ref, end, return, catch_all, drop, select
+	case op == 0x02, op == 0x03, op == 0x04, op == 0x06: // block, loop, if, try
+		r.blockType()
+	case op == 0x07, op == 0x08, op == 0x09, op == 0x0c, op == 0x0d, op == 0x10, op == 0x12,
+		op == 0x14, op == 0x15, op == 0x18:
+		// catch, throw (tag), rethrow, br, br_if (label), call, return_call (func),
+		// call_ref, return_call_ref (type), delegate (label)
+		r.u32()
+	case op == 0x0e: // br_table
+		n := r.u32()
+		for i := uint32(0); i <= n && r.err == nil; i++ {
+			r.u32()
+		}
+	case op == 0x11, op == 0x13: // call_indirect, return_call_indirect: type, table
+		r.u32()
+		r.u32()
+	case op == 0x1c: // select t*
+		n := r.u32()
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			r.valType()
+		}
+	case op == 0x1f: // try_table
+		r.blockType()
+		n := r.u32()
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			switch k := r.byte(); k {
+			case 0, 1:
+				r.u32()
+				r.u32()
+			case 2, 3:
+				r.u32()
+			default:
+				r.fail(fmt.Errorf("%w: try_table catch kind %d", ErrUnsupported, k))
+			}
+		}
+	case op >= 0x20 && op <= 0x26: // local.*, global.*, table.get/set
+		r.u32()
+	case op >= 0x28 && op <= 0x3e: // loads and stores
+		r.memarg()
+	case op == 0x3f, op == 0x40: // memory.size, memory.grow
+		r.u32()
+	case op == 0x41:
+		r.leb(32, true)
+	case op == 0x42:
+		r.leb(64, true)
+	case op == 0x43:
+		r.skip(4)
+	case op == 0x44:
+		r.skip(8)
+	case op >= 0x45 && op <= 0xc4: // numeric and sign extension
+	case op == 0xd0: // ref.null heaptype
+		r.leb(33, true)
+	case op == 0xd1, op == 0xd3, op == 0xd4: // ref.is_null, ref.eq, ref.as_non_null
+	case op == 0xd2, op == 0xd5, op == 0xd6: // ref.func, br_on_null, br_on_non_null
+		r.u32()
+	case op == 0xfc:
+		r.prefixFC()
+	case op == 0xfd:
+		r.prefixFD()
+	case op == 0xfe:
+		r.prefixFE()
+	default:
+		if r.err == nil {
+			r.fail(fmt.Errorf("%w: unknown opcode 0x%02x", ErrUnsupported, op))
+		}
+	}
+	return op
+}
+
+func (r *reader) prefixFC() {
+	switch sub := r.u32(); {
+	case r.err != nil:
+	case sub <= 7: // saturating truncation
+	case sub == 8: // memory.init data, mem
+		r.u32()
+		r.u32()
+	case sub == 9, sub == 13: // data.drop, elem.drop
+		r.u32()
+	case sub == 10, sub == 12, sub == 14: // memory.copy, table.init, table.copy
+		r.u32()
+		r.u32()
+	case sub == 11, sub == 15, sub == 16, sub == 17: // memory.fill, table.grow/size/fill
+		r.u32()
+	default:
+		r.fail(fmt.Errorf("%w: unknown opcode 0xfc %d", ErrUnsupported, sub))
+	}
+}
+
+func (r *reader) prefixFD() {
+	switch sub := r.u32(); {
+	case r.err != nil:
+	case sub <= 11, sub == 92, sub == 93: // v128 loads and stores
+		r.memarg()
+	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
+		r.skip(16)
+	case sub >= 21 && sub <= 34: // extract_lane / replace_lane
+		r.byte()
+	case sub >= 84 && sub <= 91: // load/store lane
+		r.memarg()
+		r.byte()
+	case sub <= 0x113: // everything else, relaxed SIMD included, has no immediate
+	default:
+		r.fail(fmt.Errorf("%w: unknown opcode 0xfd %d", ErrUnsupported, sub))
+	}
+}
+
+func (r *reader) prefixFE() {
+	switch sub := r.u32(); {
+	case r.err != nil:
+	case sub <= 2, sub >= 0x10 && sub <= 0x4e: // atomic.notify, wait, loads, stores, rmw
+		r.memarg()
+	case sub == 3: // atomic.fence
+		r.byte()
+	default:
+		r.fail(fmt.Errorf("%w: unknown opcode 0xfe %d", ErrUnsupported, sub))
+	}
+}
