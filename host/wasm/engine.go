@@ -32,6 +32,11 @@ type Config struct {
 	DisableCache bool
 	// Logger receives guest console output. Nil discards it.
 	Logger *slog.Logger
+	// DisableInstrumentation makes every module stop at its deadline through
+	// wazero's close-on-context-done (a check that exits to Go at every loop
+	// and call) instead of an interrupt check compiled into the module. It is
+	// the mechanism used anyway for a module wasmbin.Instrument refuses.
+	DisableInstrumentation bool
 }
 
 // DefaultCacheDir is the compilation cache used when Config.CacheDir is empty:
@@ -47,9 +52,10 @@ func DefaultCacheDir() string {
 // Engine compiles modules. Modules with the same digest and memory limit are
 // compiled once and shared. An Engine is safe for concurrent use.
 type Engine struct {
-	cache  wazero.CompilationCache
-	logger *slog.Logger
-	dir    string
+	cache      wazero.CompilationCache
+	logger     *slog.Logger
+	dir        string
+	instrument bool
 
 	mu      sync.Mutex
 	modules map[moduleKey]*moduleEntry
@@ -70,7 +76,7 @@ type moduleEntry struct {
 
 // NewEngine creates an Engine.
 func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
-	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}}
+	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}, instrument: !cfg.DisableInstrumentation}
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
 	}
@@ -199,8 +205,21 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	stdout := &lineLogger{logger: logger, stream: "stdout"}
 	stderr := &lineLogger{logger: logger, stream: "stderr"}
 
-	wapcEngine := wapcwazero.EngineWithRuntime(e.newRuntime)
-	wm, err := wapcEngine.New(ctx, dispatchHostCall, wasm, &wapc.ModuleConfig{
+	// Bound the guest by an interrupt check compiled into the module when the
+	// module can be instrumented; otherwise by wazero's close-on-context-done.
+	code, interrupt := wasm, ""
+	if e.instrument {
+		out, name, err := wasmbin.Instrument(wasm)
+		if err != nil {
+			logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
+		} else {
+			code, interrupt = out, name
+		}
+	}
+	wapcEngine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
+		return e.newRuntime(ctx, interrupt)
+	})
+	wm, err := wapcEngine.New(ctx, dispatchHostCall, code, &wapc.ModuleConfig{
 		Logger: consoleLog,
 		Stdout: stdout,
 		Stderr: stderr,
@@ -209,22 +228,25 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
 	}
 	m := &Module{
-		wm:      wm.(*wapcwazero.Module),
-		digest:  key.digest,
-		memCap:  key.memCap,
-		exports: exports,
+		wm:        wm.(*wapcwazero.Module),
+		digest:    key.digest,
+		memCap:    key.memCap,
+		exports:   exports,
+		interrupt: interrupt,
 	}
 	return m, nil
 }
 
 // newRuntime is the wapc-go runtime factory: a compiler runtime sharing the
-// engine's compilation cache, closing modules when their context is done, with
-// WASI (nothing mounted, proc_exit that does not close the instance) and
-// start-function handling for commands and reactors.
-func (e *Engine) newRuntime(ctx context.Context) (wazero.Runtime, error) {
+// engine's compilation cache, with WASI (nothing mounted, proc_exit that does
+// not close the instance) and start-function handling for commands and
+// reactors. interrupt is the exported global of a module instrumented by
+// wasmbin.Instrument, set when a call's context is done; when it is empty the
+// runtime closes modules when their context is done instead.
+func (e *Engine) newRuntime(ctx context.Context, interrupt string) (wazero.Runtime, error) {
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithCompilationCache(e.cache).
-		WithCloseOnContextDone(true)
+		WithCloseOnContextDone(interrupt == "")
 	r := wazero.NewRuntimeWithConfig(ctx, rc)
 
 	b := r.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)
@@ -251,7 +273,7 @@ func (e *Engine) newRuntime(ctx context.Context) (wazero.Runtime, error) {
 		_ = r.Close(ctx)
 		return nil, err
 	}
-	return &startingRuntime{Runtime: r}, nil
+	return &startingRuntime{Runtime: r, interrupt: interrupt}, nil
 }
 
 func procExit(_ context.Context, _ api.Module, params []uint64) {
@@ -262,17 +284,31 @@ func procExit(_ context.Context, _ api.Module, params []uint64) {
 // instantiates it: `_initialize` for reactors, then `_start` for commands,
 // accepting a `_start` that ends in proc_exit(0). The module it returns hides
 // both functions so that wapc-go does not run them a second time.
+//
+// For an instrumented module (interrupt set) every function it hands out,
+// start functions included, sets the interrupt global when the context of
+// the call is done.
 type startingRuntime struct {
 	wazero.Runtime
+	interrupt string
 }
 
 func (r *startingRuntime) InstantiateModule(ctx context.Context, c wazero.CompiledModule, cfg wazero.ModuleConfig) (api.Module, error) {
-	mod, err := r.Runtime.InstantiateModule(ctx, c, cfg.WithStartFunctions())
+	raw, err := r.Runtime.InstantiateModule(ctx, c, cfg.WithStartFunctions())
 	if err != nil {
 		return nil, err
 	}
+	mod := startedModule{Module: raw}
+	if r.interrupt != "" {
+		g, ok := raw.ExportedGlobal(r.interrupt).(api.MutableGlobal)
+		if !ok {
+			_ = raw.Close(ctx)
+			return nil, fmt.Errorf("the instrumented module does not export the mutable global %s", r.interrupt)
+		}
+		mod.interrupt = g
+	}
 	for _, name := range []string{"_initialize", "_start"} {
-		f := mod.ExportedFunction(name)
+		f := mod.exportedFunction(name)
 		if f == nil {
 			continue
 		}
@@ -285,17 +321,59 @@ func (r *startingRuntime) InstantiateModule(ctx context.Context, c wazero.Compil
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return startedModule{Module: mod}, nil
+	return mod, nil
 }
 
-type startedModule struct{ api.Module }
+// startedModule hides the start functions, and makes the functions of an
+// instrumented module interruptible.
+type startedModule struct {
+	api.Module
+	interrupt api.MutableGlobal // nil when the module is not instrumented
+}
 
 func (m startedModule) ExportedFunction(name string) api.Function {
 	if name == "_start" || name == "_initialize" {
 		return nil
 	}
-	return m.Module.ExportedFunction(name)
+	return m.exportedFunction(name)
 }
+
+func (m startedModule) exportedFunction(name string) api.Function {
+	f := m.Module.ExportedFunction(name)
+	if f == nil || m.interrupt == nil {
+		return f
+	}
+	return interruptibleFunction{Function: f, interrupt: m.interrupt}
+}
+
+// interrupted reports whether the instance's interrupt global was set: it
+// traps at its next loop and must not be used again.
+func (m startedModule) interrupted() bool {
+	return m.interrupt != nil && m.interrupt.Get() != 0
+}
+
+// interruptibleFunction is a function of an instrumented module: while a call
+// runs, the end of its context sets the module's interrupt global, so that
+// the guest traps (`unreachable`) at the head of its next loop iteration. The
+// global is never reset: an interrupted instance is discarded.
+type interruptibleFunction struct {
+	api.Function
+	interrupt api.MutableGlobal
+}
+
+func (f interruptibleFunction) Call(ctx context.Context, params ...uint64) ([]uint64, error) {
+	stop := context.AfterFunc(ctx, f.set)
+	defer stop()
+	return f.Function.Call(ctx, params...)
+}
+
+func (f interruptibleFunction) CallWithStack(ctx context.Context, stack []uint64) error {
+	stop := context.AfterFunc(ctx, f.set)
+	defer stop()
+	return f.Function.CallWithStack(ctx, stack)
+}
+
+func (f interruptibleFunction) set() { f.interrupt.Set(1) }
 
 // lineLogger turns guest stdout/stderr into log lines.
 type lineLogger struct {

@@ -21,12 +21,20 @@ type Module struct {
 	digest  string
 	memCap  uint64
 	exports []wasmbin.Export
-	release func()
-	once    sync.Once
+	// interrupt is the exported interrupt global of the instrumented module
+	// (wasmbin.Instrument), or "" when the module runs with wazero's
+	// close-on-context-done.
+	interrupt string
+	release   func()
+	once      sync.Once
 }
 
 // Digest is the module's sha256 digest ("sha256:<hex>").
 func (m *Module) Digest() string { return m.digest }
+
+// Interruptible reports whether the module was instrumented with an interrupt
+// check (wasmbin.Instrument) rather than bounded by wazero's close-on-context-done.
+func (m *Module) Interruptible() bool { return m.interrupt != "" }
 
 // MemoryLimitBytes is the linear-memory cap of this module's instances.
 func (m *Module) MemoryLimitBytes() uint64 { return m.memCap }
@@ -133,7 +141,16 @@ func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
 		if alloc.hit.Load() {
 			return nil, fmt.Errorf("%w: %w while starting (limit %d bytes): %v", ErrInstantiate, ErrMemoryLimit, p.mod.memCap, err)
 		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w while starting: %v", ErrInstantiate, ErrTimeout, err)
+		}
 		return nil, fmt.Errorf("%w: %v", ErrInstantiate, err)
+	}
+	if ctx.Err() != nil {
+		// The start functions returned, but the deadline passed meanwhile: the
+		// interrupt global of an instrumented module may be set (or about to be).
+		_ = wi.Close(context.Background())
+		return nil, fmt.Errorf("%w: %w while starting", ErrInstantiate, ErrTimeout)
 	}
 	p.mu.Lock()
 	p.live++

@@ -76,10 +76,13 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 				return nil, "", fmt.Errorf("import section at byte %d: %w", s.Start, err)
 			}
 		case sectionGlobal:
-			r := &reader{b: s.Payload}
-			definedGlobals = uint64(r.u32())
-			if r.err != nil {
-				return nil, "", fmt.Errorf("%w: global section at byte %d: %v", ErrMalformed, s.Start, r.err)
+			definedGlobals, err = checkGlobals(s.Payload)
+			if err != nil {
+				return nil, "", fmt.Errorf("global section at byte %d: %w", s.Start, err)
+			}
+		case sectionExport:
+			if err := checkExports(s.Payload); err != nil {
+				return nil, "", fmt.Errorf("export section at byte %d: %w", s.Start, err)
 			}
 		}
 	}
@@ -155,6 +158,44 @@ func appendVecEntry(payload, entry []byte) []byte {
 	p := appendUleb(make([]byte, 0, len(payload)+len(entry)+5), uint64(n)+1)
 	p = append(p, payload[r.off:]...)
 	return append(p, entry...)
+}
+
+// checkGlobals validates the global section (so that an entry can be
+// appended to it) and returns how many globals it defines.
+func checkGlobals(p []byte) (uint64, error) {
+	r := &reader{b: p}
+	n := r.u32()
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		r.valType()
+		r.byte()
+		for r.err == nil && r.instruction() != 0x0b {
+		}
+	}
+	if r.err == nil && r.off != len(p) {
+		r.fail(fmt.Errorf("%w: %d bytes after the last global", ErrMalformed, len(p)-r.off))
+	}
+	if r.err != nil {
+		return 0, r.wrapped()
+	}
+	return uint64(n), nil
+}
+
+// checkExports validates the export section so that an entry can be appended to it.
+func checkExports(p []byte) error {
+	r := &reader{b: p}
+	n := r.u32()
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		r.name()
+		r.byte()
+		r.u32()
+	}
+	if r.err == nil && r.off != len(p) {
+		r.fail(fmt.Errorf("%w: %d bytes after the last export", ErrMalformed, len(p)-r.off))
+	}
+	if r.err != nil {
+		return r.wrapped()
+	}
+	return nil
 }
 
 func countGlobalImports(p []byte) (uint64, error) {

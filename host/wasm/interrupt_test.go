@@ -1,0 +1,170 @@
+package wasm_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
+)
+
+// spinModule is a hand-assembled waPC guest whose __guest_call spins forever
+// in a loop that calls nothing, touches no memory and no global: only an
+// interrupt check can stop it. With initLoop, its `_initialize` spins instead.
+// With takeName, it exports a global under the name Instrument reserves, so
+// that Instrument refuses it.
+func spinModule(initLoop, takeName bool) []byte {
+	sec := func(id byte, p ...byte) []byte { return append([]byte{id, byte(len(p))}, p...) }
+	spin := []byte{0, 0x03, 0x40, 0x0c, 0x00, 0x0b} // loop br 0 end
+	b := append([]byte{}, wasmbin.Magic...)
+	b = append(b, sec(1, 2, 0x60, 2, 0x7f, 0x7f, 1, 0x7f, 0x60, 0, 0)...) // (i32 i32)->i32, ()->()
+	b = append(b, sec(3, 2, 0, 1)...)                                     // __guest_call, _initialize
+	b = append(b, sec(5, 1, 0, 1)...)                                     // memory 1 page
+	exports := []byte{3}
+	if takeName {
+		b = append(b, sec(6, 1, 0x7f, 1, 0x41, 0, 0x0b)...)
+		exports = []byte{4, byte(len(wasmbin.InterruptGlobal))}
+		exports = append(exports, wasmbin.InterruptGlobal...)
+		exports = append(exports, 3, 0)
+	}
+	exports = append(exports, 12)
+	exports = append(exports, "__guest_call"...)
+	exports = append(exports, 0, 0, 11)
+	exports = append(exports, "_initialize"...)
+	exports = append(exports, 0, 1, 6)
+	exports = append(exports, "memory"...)
+	exports = append(exports, 2, 0)
+	b = append(b, sec(7, exports...)...)
+	call := append(append([]byte{}, spin...), 0x41, 0, 0x0b) // ... i32.const 0
+	init := []byte{0, 0x0b}
+	if initLoop {
+		call = []byte{0, 0x41, 0, 0x0b}
+		init = append(append([]byte{}, spin...), 0x0b)
+	}
+	code := []byte{2, byte(len(call))}
+	code = append(code, call...)
+	code = append(code, byte(len(init)))
+	code = append(code, init...)
+	return append(b, sec(10, code...)...)
+}
+
+func newEngine(t *testing.T, cfg wasm.Config) *wasm.Engine {
+	t.Helper()
+	cfg.DisableCache = true
+	e, err := wasm.NewEngine(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	return e
+}
+
+func TestInterruptEndlessLoop(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name          string
+		wasm          []byte
+		cfg           wasm.Config
+		interruptible bool
+	}{
+		{"instrumented", spinModule(false, false), wasm.Config{}, true},
+		{"instrumentation disabled", spinModule(false, false), wasm.Config{DisableInstrumentation: true}, false},
+		// Instrument refuses the module: the engine falls back to close-on-context-done.
+		{"fallback: module not instrumentable", spinModule(false, true), wasm.Config{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEngine(t, tt.cfg)
+			m, err := e.Compile(ctx, tt.wasm, wasm.ModuleConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Release()
+			if m.Interruptible() != tt.interruptible {
+				t.Fatalf("Interruptible() = %v, want %v", m.Interruptible(), tt.interruptible)
+			}
+			p, err := m.NewPool(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(ctx)
+			for round := 0; round < 3; round++ {
+				start := time.Now()
+				_, err := p.Call(ctx, 100*time.Millisecond, "x", nil)
+				if !errors.Is(err, wasm.ErrTimeout) {
+					t.Fatalf("round %d: want ErrTimeout, got %v", round, err)
+				}
+				if d := time.Since(start); d > time.Second {
+					t.Fatalf("round %d: stopped after %s, want about 100ms", round, d)
+				}
+				if p.Live() != 0 {
+					t.Fatalf("round %d: the interrupted instance was kept (%d live)", round, p.Live())
+				}
+			}
+		})
+	}
+}
+
+func TestInterruptStartFunction(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, wasm.Config{})
+	m, err := e.Compile(ctx, spinModule(true, false), wasm.ModuleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	if !m.Interruptible() {
+		t.Fatal("module not instrumented")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = m.NewPool(cctx, 1)
+	if !errors.Is(err, wasm.ErrInstantiate) || !errors.Is(err, wasm.ErrTimeout) {
+		t.Fatalf("want ErrInstantiate and ErrTimeout, got %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("stopped after %s, want about 100ms", d)
+	}
+}
+
+// TestInstrumentRealPolicies instruments every built policy fixture, runs it
+// once, and checks that the instrumented module is the one in use.
+func TestInstrumentRealPolicies(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, wasm.Config{})
+	for _, dir := range []string{"examples/required-labels", "examples/go-image-registries", "test/testdata/policies/misbehave"} {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			b := testfixture.Module(t, dir)
+			if _, _, err := wasmbin.Instrument(b); err != nil {
+				t.Fatalf("Instrument: %v", err)
+			}
+			m, err := e.Compile(ctx, b, wasm.ModuleConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Release()
+			if !m.Interruptible() {
+				t.Fatal("module not instrumented")
+			}
+			if m.Digest() != wasm.Digest(b) {
+				t.Fatalf("digest %s, want the original's %s", m.Digest(), wasm.Digest(b))
+			}
+			p, err := m.NewPool(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(ctx)
+			// Settings validation exists in every Kubewarden policy; an answer
+			// (valid or not) proves the instrumented code runs.
+			out, err := p.Call(ctx, 5*time.Second, "validate_settings", []byte(`{}`))
+			if err != nil || len(out) == 0 {
+				t.Fatalf("validate_settings: %q %v", out, err)
+			}
+		})
+	}
+}
