@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -109,6 +110,64 @@ func TestInterruptEndlessLoop(t *testing.T) {
 	}
 }
 
+// TestInterruptWithBusyScheduler runs more spinning guests than the Go
+// scheduler has Ps, while the garbage collector runs: compiled guest code
+// cannot be preempted, so an instrumented guest must visit Go regularly or
+// the collector's stop-the-world (and the timers that set the interrupt
+// flags) wait for it forever.
+func TestInterruptWithBusyScheduler(t *testing.T) {
+	ctx := context.Background()
+	e := newEngine(t, wasm.Config{})
+	m, err := e.Compile(ctx, spinModule(false, false), wasm.ModuleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	n := runtime.GOMAXPROCS(0) + 2
+	p, err := m.NewPool(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	stopGC := make(chan struct{})
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		for {
+			select {
+			case <-stopGC:
+				return
+			default:
+				runtime.GC()
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	start := time.Now()
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			_, err := p.Call(ctx, 200*time.Millisecond, "x", nil)
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, wasm.ErrTimeout) {
+				t.Errorf("call %d: want ErrTimeout, got %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d spinning guests still running after 10s", n-i, n)
+		}
+	}
+	close(stopGC)
+	<-gcDone
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("%d guests with a 200ms deadline took %s", n, d)
+	}
+}
+
 func TestInterruptStartFunction(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t, wasm.Config{})
@@ -164,6 +223,22 @@ func TestInstrumentRealPolicies(t *testing.T) {
 			out, err := p.Call(ctx, 5*time.Second, "validate_settings", []byte(`{}`))
 			if err != nil || len(out) == 0 {
 				t.Fatalf("validate_settings: %q %v", out, err)
+			}
+		})
+	}
+}
+
+// BenchmarkInstrument measures the rewrite on a TinyGo policy and on the
+// 65 MB standard-Go MutatingAdmissionPolicy module.
+func BenchmarkInstrument(b *testing.B) {
+	for _, dir := range []string{"examples/required-labels", "policies/mutating-admission-policy"} {
+		b.Run(filepath.Base(dir), func(b *testing.B) {
+			in := testfixture.Module(b, dir)
+			b.SetBytes(int64(len(in)))
+			for b.Loop() {
+				if _, _, err := wasmbin.Instrument(in); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -16,6 +16,7 @@ var ErrUnsupported = errors.New("module cannot be instrumented")
 
 const (
 	sectionImport = 2
+	sectionMemory = 5
 	sectionGlobal = 6
 	sectionCode   = 10
 
@@ -25,20 +26,34 @@ const (
 // sectionRank orders the non-custom sections as the binary format requires.
 var sectionRank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
 
-// Instrument rewrites a module so that a host can interrupt it: it adds a
-// mutable i32 global (initially 0), exports it as InterruptGlobal, and makes
-// every loop start with
+// CheckInterval is how many function entries and loop iterations an
+// instrumented module runs between two visits to the host (see Instrument).
+const CheckInterval = 10000
+
+// Instrument rewrites a module so that a host can interrupt it. It adds two
+// mutable i32 globals: the interrupt flag (initially 0), exported as
+// InterruptGlobal, and a countdown (initially CheckInterval). At the start of
+// every function body and of every loop it inserts
 //
-//	global.get $interrupt
-//	if
-//	  unreachable
-//	end
+//	countdown -= 1
+//	if countdown == 0 {
+//	  if interrupt { unreachable }
+//	  countdown = CheckInterval
+//	  drop(memory.grow 0)
+//	}
 //
-// so that setting the global to a non-zero value makes the guest trap at its
-// next loop iteration. Every other section is copied byte for byte, except
-// `.debug_*` custom sections, whose code offsets would be wrong, which are
-// dropped. Instrument returns an error wrapping ErrUnsupported or
-// ErrMalformed, and never panics, for input it does not fully understand.
+// so that the guest traps within CheckInterval function calls or loop
+// iterations after the host sets the flag. The `memory.grow 0` is there for
+// the Go scheduler, not for the guest: it is the cheapest instruction that
+// makes wazero's compiled code return to Go, where the goroutine can be
+// preempted. Without it a spinning guest holds its OS thread and P, the Go
+// garbage collector's stop-the-world waits for it forever, and so does the
+// timer that would set the flag. The module must therefore have a memory.
+//
+// Every other section is copied byte for byte, except `.debug_*` custom
+// sections, whose code offsets would be wrong, which are dropped. Instrument
+// returns an error wrapping ErrUnsupported or ErrMalformed, and never panics,
+// for input it does not fully understand.
 func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 	secs, err := Sections(wasm)
 	if err != nil {
@@ -55,7 +70,7 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 	}
 	lastRank := 0
 	seen := map[byte]bool{}
-	var importedGlobals, definedGlobals uint64
+	var importedGlobals, definedGlobals, memories uint64
 	for _, s := range secs {
 		if s.ID == sectionCustom {
 			continue
@@ -71,7 +86,7 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 		seen[s.ID] = true
 		switch s.ID {
 		case sectionImport:
-			importedGlobals, err = countGlobalImports(s.Payload)
+			importedGlobals, memories, err = countImports(s.Payload)
 			if err != nil {
 				return nil, "", fmt.Errorf("import section at byte %d: %w", s.Start, err)
 			}
@@ -80,22 +95,31 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 			if err != nil {
 				return nil, "", fmt.Errorf("global section at byte %d: %w", s.Start, err)
 			}
+		case sectionMemory:
+			r := &reader{b: s.Payload}
+			memories += uint64(r.u32())
+			if r.err != nil {
+				return nil, "", fmt.Errorf("memory section at byte %d: %w", s.Start, r.wrapped())
+			}
 		case sectionExport:
 			if err := checkExports(s.Payload); err != nil {
 				return nil, "", fmt.Errorf("export section at byte %d: %w", s.Start, err)
 			}
 		}
 	}
-	g := importedGlobals + definedGlobals
-	if g >= 1<<32-1 {
+	if memories == 0 {
+		return nil, "", fmt.Errorf("%w: it has no memory (the check needs memory.grow)", ErrUnsupported)
+	}
+	g := importedGlobals + definedGlobals // the flag; g+1 is the countdown
+	if g >= 1<<32-2 {
 		return nil, "", fmt.Errorf("%w: too many globals", ErrUnsupported)
 	}
-	check := []byte{0x23}
-	check = appendUleb(check, g)
-	check = append(check, 0x04, 0x40, 0x00, 0x0b)
+	check := checkCode(g, g+1)
 
-	// The new global: i32, mutable, init i32.const 0.
-	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
+	// The new globals: the flag (i32, mutable, 0), the countdown (i32, mutable, CheckInterval).
+	newGlobals := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b, 0x7f, 0x01, 0x41}
+	newGlobals = appendSleb(newGlobals, CheckInterval)
+	newGlobals = append(newGlobals, 0x0b)
 	newExport := appendUleb(nil, uint64(len(InterruptGlobal)))
 	newExport = append(newExport, InterruptGlobal...)
 	newExport = append(newExport, 3)
@@ -106,7 +130,7 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 	globalDone, exportDone := false, false
 	emitMissing := func(rank int) {
 		if !globalDone && rank > sectionRank[sectionGlobal] {
-			out = appendSection(out, sectionGlobal, append([]byte{1}, newGlobal...))
+			out = appendSection(out, sectionGlobal, append([]byte{2}, newGlobals...))
 			globalDone = true
 		}
 		if !exportDone && rank > sectionRank[sectionExport] {
@@ -125,10 +149,10 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 		emitMissing(sectionRank[s.ID])
 		switch s.ID {
 		case sectionGlobal:
-			out = appendSection(out, sectionGlobal, appendVecEntry(s.Payload, newGlobal))
+			out = appendSection(out, sectionGlobal, appendVecEntries(s.Payload, 2, newGlobals))
 			globalDone = true
 		case sectionExport:
-			out = appendSection(out, sectionExport, appendVecEntry(s.Payload, newExport))
+			out = appendSection(out, sectionExport, appendVecEntries(s.Payload, 1, newExport))
 			exportDone = true
 		case sectionCode:
 			code, err := instrumentCode(s.Payload, check)
@@ -150,12 +174,42 @@ func appendSection(out []byte, id byte, payload []byte) []byte {
 	return append(out, payload...)
 }
 
-// appendVecEntry returns a vector (count + entries) with one more entry.
+// checkCode is the check Instrument inserts, for the flag and countdown globals.
+func checkCode(flag, countdown uint64) []byte {
+	get := appendUleb([]byte{0x23}, countdown)
+	set := appendUleb([]byte{0x24}, countdown)
+	var b []byte
+	b = append(b, get...)
+	b = append(b, 0x41, 0x01, 0x6b) // i32.const 1; i32.sub
+	b = append(b, set...)
+	b = append(b, get...)
+	b = append(b, 0x45, 0x04, 0x40) // i32.eqz; if
+	b = appendUleb(append(b, 0x23), flag)
+	b = append(b, 0x04, 0x40, 0x00, 0x0b) // if; unreachable; end
+	b = appendSleb(append(b, 0x41), CheckInterval)
+	b = append(b, set...)
+	b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a) // i32.const 0; memory.grow 0; drop
+	return append(b, 0x0b)                      // end
+}
+
+func appendSleb(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+// appendVecEntries returns a vector (count + entries) with more entries.
 // The payload's count has been validated by the caller.
-func appendVecEntry(payload, entry []byte) []byte {
+func appendVecEntries(payload []byte, count uint64, entries []byte) []byte {
+	entry := entries
 	r := &reader{b: payload}
 	n := r.u32()
-	p := appendUleb(make([]byte, 0, len(payload)+len(entry)+5), uint64(n)+1)
+	p := appendUleb(make([]byte, 0, len(payload)+len(entry)+5), uint64(n)+count)
 	p = append(p, payload[r.off:]...)
 	return append(p, entry...)
 }
@@ -198,10 +252,10 @@ func checkExports(p []byte) error {
 	return nil
 }
 
-func countGlobalImports(p []byte) (uint64, error) {
+// countImports returns how many globals and memories a module imports.
+func countImports(p []byte) (globals, memories uint64, err error) {
 	r := &reader{b: p}
 	n := r.u32()
-	var globals uint64
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		r.name()
 		r.name()
@@ -213,6 +267,7 @@ func countGlobalImports(p []byte) (uint64, error) {
 			r.limits()
 		case 2: // memory: limits
 			r.limits()
+			memories++
 		case 3: // global: valtype, mutability
 			r.valType()
 			r.byte()
@@ -227,9 +282,9 @@ func countGlobalImports(p []byte) (uint64, error) {
 		}
 	}
 	if r.err != nil {
-		return 0, r.wrapped()
+		return 0, 0, r.wrapped()
 	}
-	return globals, nil
+	return globals, memories, nil
 }
 
 // instrumentCode rewrites the payload of the code section.
@@ -276,6 +331,7 @@ func instrumentBody(out []byte, r *reader, check []byte) ([]byte, error) {
 		return nil, fmt.Errorf("locals: %w", r.wrapped())
 	}
 	out = append(out, r.b[:r.off]...)
+	out = append(out, check...)
 	for r.off < len(r.b) {
 		start := r.off
 		op := r.instruction()

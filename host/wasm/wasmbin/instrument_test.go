@@ -50,8 +50,8 @@ var (
 		1, 'm', 1, 'c', 0, 0)
 )
 
-// chk is the inserted check for global index g (< 128).
-func chk(g byte) []byte { return []byte{0x23, g, 0x04, 0x40, 0x00, 0x0b} }
+// chk is the inserted check for flag global g.
+func chk(g byte) []byte { return checkCode(uint64(g), uint64(g)+1) }
 
 func cat(parts ...[]byte) []byte {
 	var b []byte
@@ -65,22 +65,25 @@ func TestInstrument(t *testing.T) {
 	tests := []struct {
 		name     string
 		in       []byte
-		wantG    byte   // index of the new global
+		wantG    byte   // index of the new flag global
+		checks   int    // how many checks the first body must have
 		body     []byte // the instrumented first function body
 		sections []byte // expected ids of the output's sections, in order
 	}{
 		{
 			name:     "loop, no global or export section",
-			in:       mod(typeSec, funcSec, code([]byte{0, 0x03, 0x40, 0x0c, 0, 0x0b, 0x0b})),
+			in:       mod(typeSec, funcSec, memSec, code([]byte{0, 0x03, 0x40, 0x0c, 0, 0x0b, 0x0b})),
 			wantG:    0,
-			body:     cat([]byte{0, 0x03, 0x40}, chk(0), []byte{0x0c, 0, 0x0b, 0x0b}),
-			sections: []byte{1, 3, 6, 7, 10},
+			checks:   2,
+			body:     cat([]byte{0}, chk(0), []byte{0x03, 0x40}, chk(0), []byte{0x0c, 0, 0x0b, 0x0b}),
+			sections: []byte{1, 3, 5, 6, 7, 10},
 		},
 		{
 			name:     "imported and defined globals",
 			in:       mod(typeSec, impSec, funcSec, memSec, globSec, expSec, code([]byte{0, 0x03, 0x7f, 0x41, 1, 0x0b, 0x1a, 0x0b})),
 			wantG:    3,
-			body:     cat([]byte{0, 0x03, 0x7f}, chk(3), []byte{0x41, 1, 0x0b, 0x1a, 0x0b}),
+			checks:   2,
+			body:     cat([]byte{0}, chk(3), []byte{0x03, 0x7f}, chk(3), []byte{0x41, 1, 0x0b, 0x1a, 0x0b}),
 			sections: []byte{1, 2, 3, 5, 6, 7, 10},
 		},
 		{
@@ -107,7 +110,8 @@ func TestInstrument(t *testing.T) {
 				[]byte{0x03, 0x40, 0x0b},                                         // the only loop
 				[]byte{0x0b},
 			))),
-			wantG: 0,
+			wantG:  0,
+			checks: 2,
 		},
 	}
 	for _, tt := range tests {
@@ -151,8 +155,8 @@ func TestInstrument(t *testing.T) {
 			if tt.body != nil && !bytes.Equal(body, tt.body) {
 				t.Fatalf("body\n got % x\nwant % x", body, tt.body)
 			}
-			if n := bytes.Count(body, chk(tt.wantG)); n != 1 {
-				t.Fatalf("body has %d checks, want 1: % x", n, body)
+			if n := bytes.Count(body, chk(tt.wantG)); n != tt.checks {
+				t.Fatalf("body has %d checks, want %d: % x", n, tt.checks, body)
 			}
 			// The export names the new global.
 			for _, s := range secs {
@@ -178,7 +182,7 @@ func firstBody(t *testing.T, p []byte) []byte {
 }
 
 func TestInstrumentCustomSections(t *testing.T) {
-	in := mod(custom("first", 1), typeSec, custom(".debug_info", 9, 9), funcSec, custom("name", 2), code([]byte{0, 0x0b}), custom(".debug_line", 7))
+	in := mod(custom("first", 1), typeSec, custom(".debug_info", 9, 9), funcSec, memSec, custom("name", 2), code([]byte{0, 0x0b}), custom(".debug_line", 7))
 	out, _, err := Instrument(in)
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +199,7 @@ func TestInstrumentCustomSections(t *testing.T) {
 			got = append(got, string('0'+rune(s.ID/10))+string('0'+rune(s.ID%10)))
 		}
 	}
-	want := []string{"first", "01", "03", "name", "06", "07", "10"}
+	want := []string{"first", "01", "03", "05", "name", "06", "07", "10"}
 	if len(got) != len(want) {
 		t.Fatalf("sections %v, want %v", got, want)
 	}
@@ -213,18 +217,19 @@ func TestInstrumentRejects(t *testing.T) {
 		want error
 	}{
 		{"not wasm", []byte("hello"), ErrNotWasm},
-		{"unknown opcode", mod(typeSec, funcSec, code([]byte{0, 0xfb, 0, 0x0b})), ErrUnsupported},
-		{"GC block type", mod(typeSec, funcSec, code([]byte{0, 0x02, 0x63, 0x70, 0x0b, 0x0b})), ErrUnsupported},
-		{"unknown 0xfc", mod(typeSec, funcSec, code([]byte{0, 0xfc, 18, 0x0b})), ErrUnsupported},
-		{"truncated immediate", mod(typeSec, funcSec, code([]byte{0, 0x44, 1, 2})), ErrMalformed},
-		{"truncated LEB", mod(typeSec, funcSec, code([]byte{0, 0x41, 0x80})), ErrMalformed},
-		{"body overruns", mod(typeSec, funcSec, sec(10, 1, 9, 0, 0x0b)), ErrMalformed},
-		{"trailing bytes", mod(typeSec, funcSec, sec(10, 1, 2, 0, 0x0b, 0)), ErrMalformed},
-		{"no end", mod(typeSec, funcSec, code([]byte{0, 0x01})), ErrMalformed},
+		{"unknown opcode", mod(typeSec, funcSec, memSec, code([]byte{0, 0xfb, 0, 0x0b})), ErrUnsupported},
+		{"GC block type", mod(typeSec, funcSec, memSec, code([]byte{0, 0x02, 0x63, 0x70, 0x0b, 0x0b})), ErrUnsupported},
+		{"unknown 0xfc", mod(typeSec, funcSec, memSec, code([]byte{0, 0xfc, 18, 0x0b})), ErrUnsupported},
+		{"truncated immediate", mod(typeSec, funcSec, memSec, code([]byte{0, 0x44, 1, 2})), ErrMalformed},
+		{"truncated LEB", mod(typeSec, funcSec, memSec, code([]byte{0, 0x41, 0x80})), ErrMalformed},
+		{"body overruns", mod(typeSec, funcSec, memSec, sec(10, 1, 9, 0, 0x0b)), ErrMalformed},
+		{"trailing bytes", mod(typeSec, funcSec, memSec, sec(10, 1, 2, 0, 0x0b, 0)), ErrMalformed},
+		{"no end", mod(typeSec, funcSec, memSec, code([]byte{0, 0x01})), ErrMalformed},
 		{"unknown section", mod(typeSec, sec(14, 0)), ErrUnsupported},
+		{"no memory", mod(typeSec, funcSec, code([]byte{0, 0x0b})), ErrUnsupported},
 		{"sections out of order", mod(funcSec, typeSec), ErrMalformed},
 		{"already instrumented", mod(sec(6, 1, 0x7f, 1, 0x41, 0, 0x0b), sec(7, 1, 20, '_', '_', 't', 'o', 'l', 'l', 'g', 'a', 't', 'e', '_', 'i', 'n', 't', 'e', 'r', 'r', 'u', 'p', 't', 3, 0)), ErrUnsupported},
-		{"unknown value type in locals", mod(typeSec, funcSec, code([]byte{1, 1, 0x63, 0x0b})), ErrUnsupported},
+		{"unknown value type in locals", mod(typeSec, funcSec, memSec, code([]byte{1, 1, 0x63, 0x0b})), ErrUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,8 +243,9 @@ func TestInstrumentRejects(t *testing.T) {
 
 func FuzzInstrument(f *testing.F) {
 	f.Add(module())
+	f.Add(mod(typeSec, funcSec, memSec, expSec, code([]byte{0, 0x0b})))
 	f.Add(mod(typeSec, impSec, funcSec, memSec, globSec, expSec, code([]byte{0, 0x03, 0x7f, 0x41, 1, 0x0b, 0x1a, 0x0b})))
-	f.Add(mod(typeSec, funcSec, code([]byte{0, 0x03, 0x40, 0xfd, 12, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0x1a, 0x0b, 0x0b})))
+	f.Add(mod(typeSec, funcSec, memSec, code([]byte{0, 0x03, 0x40, 0xfd, 12, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0x1a, 0x0b, 0x0b})))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, name, err := Instrument(in)
 		if err != nil {
