@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
 var (
@@ -29,19 +31,11 @@ type Request struct {
 	Object json.RawMessage
 }
 
-// GroupVersionKind of the request.
-type GroupVersionKind struct {
-	Group   string `json:"group"`
-	Version string `json:"version"`
-	Kind    string `json:"kind"`
-}
+// GroupVersionKind of the request (the wire type policies see).
+type GroupVersionKind = protocol.GroupVersionKind
 
-// GroupVersionResource of the request.
-type GroupVersionResource struct {
-	Group    string `json:"group"`
-	Version  string `json:"version"`
-	Resource string `json:"resource"`
-}
+// GroupVersionResource of the request (the wire type policies see).
+type GroupVersionResource = protocol.GroupVersionResource
 
 type requestFields struct {
 	UID       string               `json:"uid"`

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -336,8 +337,17 @@ func newReference(t testing.TB, settingsYAML string, requestNamespaces []string)
 	// The test context files policies and bindings under its own fake kinds,
 	// which it infers from objects without a kind.
 	s.policy.TypeMeta, s.binding.TypeMeta = metav1.TypeMeta{}, metav1.TypeMeta{}
-	if err := tc.UpdateAndWait(s.policy, s.binding); err != nil {
+	// UpdateAndWait gives the informers only 5 s, too little on a loaded 2-core
+	// machine: update, then wait with a deadline of our own.
+	if err := tc.Update(s.policy, s.binding); err != nil {
 		t.Fatal(err)
+	}
+	waitCtx, waitCancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer waitCancel()
+	for _, obj := range []runtime.Object{s.policy, s.binding} {
+		if err := tc.WaitForReconcile(waitCtx, obj); err != nil {
+			t.Fatalf("waiting for the reference plugin to load %T: %v", obj, err)
+		}
 	}
 	return &reference{tc: tc}
 }
