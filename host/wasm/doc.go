@@ -1,7 +1,9 @@
 // Package wasm runs waPC guest modules on wazero (compiler engine) through
 // wapc-go: it compiles modules (with wazero's on-disk compilation cache), keeps
 // pools of instances, and bounds every call with a deadline and a linear-memory
-// cap.
+// cap. The deadline is enforced by an interrupt check compiled into each
+// module (wasmbin.Instrument), and by wazero's close-on-context-done for a
+// module that cannot be instrumented.
 //
 // It owns the three kinds of module found in the Kubewarden ecosystem: TinyGo
 // `-target=wasi` commands (whose `_start` ends in proc_exit(0)), TinyGo

@@ -346,12 +346,6 @@ func (m startedModule) exportedFunction(name string) api.Function {
 	return interruptibleFunction{Function: f, interrupt: m.interrupt}
 }
 
-// interrupted reports whether the instance's interrupt global was set: it
-// traps at its next loop and must not be used again.
-func (m startedModule) interrupted() bool {
-	return m.interrupt != nil && m.interrupt.Get() != 0
-}
-
 // interruptibleFunction is a function of an instrumented module: while a call
 // runs, the end of its context sets the module's interrupt global, so that
 // the guest traps (`unreachable`) at the head of its next loop iteration. The

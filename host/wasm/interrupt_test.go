@@ -196,7 +196,7 @@ func TestInterruptStartFunction(t *testing.T) {
 func TestInstrumentRealPolicies(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t, wasm.Config{})
-	for _, dir := range []string{"examples/required-labels", "examples/go-image-registries", "test/testdata/policies/misbehave"} {
+	for _, dir := range []string{"examples/required-labels", "examples/go-image-registries", "examples/capabilities-drop", "examples/raw-validation", "test/testdata/policies/misbehave"} {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			b := testfixture.Module(t, dir)
 			if _, _, err := wasmbin.Instrument(b); err != nil {
@@ -242,4 +242,25 @@ func BenchmarkInstrument(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestInstrumentMAPModule checks that the decoder understands every
+// instruction of the 65 MB standard-Go module (compiling and running it
+// instrumented is covered by test/mapdiff and the builtin tests).
+func TestInstrumentMAPModule(t *testing.T) {
+	b := testfixture.Module(t, "policies/mutating-admission-policy")
+	out, name, err := wasmbin.Instrument(b)
+	if err != nil {
+		t.Fatalf("Instrument: %v", err)
+	}
+	exps, err := wasmbin.Exports(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range exps {
+		if e.Name == name {
+			return
+		}
+	}
+	t.Fatalf("the instrumented module does not export %s", name)
 }
