@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
@@ -263,4 +265,32 @@ func TestInstrumentMAPModule(t *testing.T) {
 		}
 	}
 	t.Fatalf("the instrumented module does not export %s", name)
+}
+
+// FuzzInstrumentCompiles is a differential check of the decoder against
+// wazero's: for any module wazero accepts, Instrument either refuses it or
+// returns a module wazero accepts too.
+func FuzzInstrumentCompiles(f *testing.F) {
+	f.Add(spinModule(false, false))
+	f.Add(spinModule(true, false))
+	f.Add(spinModule(false, true))
+	ctx := context.Background()
+	r := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	f.Cleanup(func() { _ = r.Close(ctx) })
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c, err := r.CompileModule(ctx, in)
+		if err != nil {
+			return
+		}
+		_ = c.Close(ctx)
+		out, _, err := wasmbin.Instrument(in)
+		if err != nil {
+			return
+		}
+		c, err = r.CompileModule(ctx, out)
+		if err != nil {
+			t.Fatalf("wazero accepts the module but not its instrumented version: %v", err)
+		}
+		_ = c.Close(ctx)
+	})
 }
