@@ -348,8 +348,9 @@ func (m startedModule) exportedFunction(name string) api.Function {
 
 // interruptibleFunction is a function of an instrumented module: while a call
 // runs, the end of its context sets the module's interrupt global, so that
-// the guest traps (`unreachable`) at the head of its next loop iteration. The
-// global is never reset: an interrupted instance is discarded.
+// the guest traps (`unreachable`) within wasmbin.CheckInterval function
+// entries or loop iterations. The global is never reset: an interrupted
+// instance is discarded.
 type interruptibleFunction struct {
 	api.Function
 	interrupt api.MutableGlobal
