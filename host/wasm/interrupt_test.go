@@ -55,6 +55,36 @@ func spinModule(initLoop, takeName bool) []byte {
 	return append(b, sec(10, code...)...)
 }
 
+// fibModule is a waPC guest whose __guest_call computes a naive recursive
+// fib(60): no loop at all, a stack depth of 60, and about 2^42 calls. Only a
+// check at function entries stops it.
+func fibModule() []byte {
+	sec := func(id byte, p ...byte) []byte { return append([]byte{id, byte(len(p))}, p...) }
+	b := append([]byte{}, wasmbin.Magic...)
+	b = append(b, sec(1, 2, 0x60, 2, 0x7f, 0x7f, 1, 0x7f, 0x60, 1, 0x7f, 1, 0x7f)...) // (i32 i32)->i32, (i32)->i32
+	b = append(b, sec(3, 2, 0, 1)...)                                                 // __guest_call, fib
+	b = append(b, sec(5, 1, 0, 1)...)                                                 // memory 1 page
+	exports := []byte{2, 12}
+	exports = append(exports, "__guest_call"...)
+	exports = append(exports, 0, 0, 6)
+	exports = append(exports, "memory"...)
+	exports = append(exports, 2, 0)
+	b = append(b, sec(7, exports...)...)
+	call := []byte{0, 0x41, 60, 0x10, 1, 0x1a, 0x41, 0, 0x0b} // fib(60); drop; i32.const 0
+	fib := []byte{0,
+		0x20, 0, 0x41, 2, 0x49, 0x04, 0x7f, // if n < 2 (result i32)
+		0x20, 0, // n
+		0x05,                            // else
+		0x20, 0, 0x41, 1, 0x6b, 0x10, 1, // fib(n-1)
+		0x20, 0, 0x41, 2, 0x6b, 0x10, 1, // fib(n-2)
+		0x6a, 0x0b, 0x0b} // add; end; end
+	code := []byte{2, byte(len(call))}
+	code = append(code, call...)
+	code = append(code, byte(len(fib)))
+	code = append(code, fib...)
+	return append(b, sec(10, code...)...)
+}
+
 func newEngine(t *testing.T, cfg wasm.Config) *wasm.Engine {
 	t.Helper()
 	cfg.DisableCache = true
@@ -75,6 +105,7 @@ func TestInterruptEndlessLoop(t *testing.T) {
 		interruptible bool
 	}{
 		{"instrumented", spinModule(false, false), wasm.Config{}, true},
+		{"instrumented, recursion without loops", fibModule(), wasm.Config{}, true},
 		{"instrumentation disabled", spinModule(false, false), wasm.Config{DisableInstrumentation: true}, false},
 		// Instrument refuses the module: the engine falls back to close-on-context-done.
 		{"fallback: module not instrumentable", spinModule(false, true), wasm.Config{}, false},
