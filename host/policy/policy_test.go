@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,27 +22,9 @@ const podRequest = `{"uid":"req-1","kind":{"group":"","version":"v1","kind":"Pod
 "object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nginx","namespace":"default","labels":{"app":"web"}},
 "spec":{"containers":[{"name":"nginx","image":"nginx:1.27"}]}}}`
 
-// logBuffer is a slog handler target that tests can read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func newHost(t *testing.T) (*policy.Host, *logBuffer) {
+func newHost(t *testing.T) (*policy.Host, *testfixture.SyncBuffer) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testfixture.SyncBuffer{}
 	h, err := policy.NewHost(context.Background(), policy.HostOptions{
 		CacheDir: t.TempDir(),
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

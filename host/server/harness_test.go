@@ -165,25 +165,8 @@ type harness struct {
 	pfile   string
 	ca      *x509.CertPool
 	certs   *SelfSigned
-	logs    *syncBuffer
+	logs    *testfixture.SyncBuffer
 	certsR  *CertReloader
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type harnessOpts struct {
@@ -198,7 +181,7 @@ type harnessOpts struct {
 
 func start(t testing.TB, ho harnessOpts) *harness {
 	t.Helper()
-	h := &harness{t: t, dir: t.TempDir(), logs: &syncBuffer{}}
+	h := &harness{t: t, dir: t.TempDir(), logs: &testfixture.SyncBuffer{}}
 	h.pfile = filepath.Join(h.dir, "policies.yml")
 	if err := os.WriteFile(h.pfile, []byte(ho.policies), 0o644); err != nil {
 		t.Fatal(err)

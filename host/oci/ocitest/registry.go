@@ -1,7 +1,6 @@
 package ocitest
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -23,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -58,7 +58,7 @@ type Registry struct {
 
 	cfgPath, scheme string
 	tls             bool
-	logs            *syncBuffer
+	logs            *testfixture.SyncBuffer
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -78,7 +78,7 @@ func Start(t testing.TB, opts Options) *Registry {
 	t.Helper()
 	RequireRegistry(t)
 	dir := t.TempDir()
-	r := &Registry{Dir: dir, Host: "127.0.0.1:" + strconv.Itoa(freePort(t)), logs: &syncBuffer{}}
+	r := &Registry{Dir: dir, Host: "127.0.0.1:" + strconv.Itoa(freePort(t)), logs: &testfixture.SyncBuffer{}}
 	storage := filepath.Join(dir, "storage")
 	cfg := fmt.Sprintf(`version: 0.1
 log:
@@ -286,21 +286,4 @@ func certificates(t testing.TB) (caPEM, certPEM, keyPEM []byte) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
 		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
