@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	kubewarden "github.com/kubewarden/policy-sdk-go"
-	"github.com/kubewarden/policy-sdk-go/protocol"
 )
 
 // droppedCapability is the capability added to the drop list of every container that adds
@@ -16,6 +15,18 @@ const droppedCapability = "BPF"
 // containerFields are the fields of a PodSpec holding containers, in the order they are visited.
 var containerFields = []string{"containers", "initContainers", "ephemeralContainers"}
 
+// validationRequest is the part of the ValidationRequest the policy reads. Decoding only these
+// fields, rather than protocol.ValidationRequest with the whole AdmissionRequest, keeps TinyGo's
+// reflection-based encoding/json off most of the payload.
+type validationRequest struct {
+	Request struct {
+		Kind struct {
+			Kind string `json:"kind"`
+		} `json:"kind"`
+		Object json.RawMessage `json:"object"`
+	} `json:"request"`
+}
+
 // validate mutates a Pod whose containers add capabilities so that they also drop BPF.
 //
 // The object is handled as generic JSON (numbers kept as json.Number) rather than through the
@@ -23,7 +34,7 @@ var containerFields = []string{"containers", "initContainers", "ephemeralContain
 // again, which would turn into spurious JSONPatch operations. Here the only difference between
 // the request object and mutated_object is the added "BPF".
 func validate(payload []byte) ([]byte, error) {
-	var req protocol.ValidationRequest
+	var req validationRequest
 	if err := json.Unmarshal(payload, &req); err != nil {
 		return kubewarden.RejectRequest(
 			kubewarden.Message(fmt.Sprintf("cannot decode the validation request: %v", err)),
