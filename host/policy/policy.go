@@ -285,13 +285,14 @@ func (p *Policy) Validate(ctx context.Context, request []byte) (*Result, error) 
 	return p.Evaluate(ctx, req)
 }
 
-// ValidateRaw runs any JSON request through a policy. Raw policies get no
-// mutation diff: their mutated_object is returned as is.
+// ValidateRaw runs any JSON request through a policy. A mutated_object is
+// diffed against the raw request itself.
 func (p *Policy) ValidateRaw(ctx context.Context, request []byte) (*Result, error) {
 	if err := admission.CheckJSON(request); err != nil {
 		return nil, err
 	}
-	return p.evaluate(ctx, request, nil)
+	request = bytes.TrimSpace(request)
+	return p.evaluate(ctx, request, request)
 }
 
 func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result, error) {

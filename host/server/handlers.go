@@ -269,18 +269,7 @@ func errorReason(err error) string {
 // run evaluates one unit.
 func run(ctx context.Context, u *unit, kind endpointKind, in *input) (*policy.Result, error) {
 	if kind == kindRaw {
-		res, err := u.eval.ValidateRaw(ctx, in.raw)
-		if err != nil {
-			return nil, err
-		}
-		if mo := bytes.TrimSpace(res.Response.MutatedObject); len(mo) > 0 && string(mo) != "null" && res.Patch == nil {
-			p, err := admission.Diff(in.raw, mo)
-			if err != nil {
-				return nil, fmt.Errorf("%w: mutated_object: %v", policy.ErrInvalidResponse, err)
-			}
-			res.Patch = p
-		}
-		return res, nil
+		return u.eval.ValidateRaw(ctx, in.raw)
 	}
 	return u.eval.Evaluate(ctx, in.req)
 }

@@ -92,7 +92,15 @@ func (s *scripted) ValidateRaw(ctx context.Context, raw []byte) (*policy.Result,
 	if err != nil {
 		return nil, err
 	}
-	return &policy.Result{Response: r}, nil
+	res := &policy.Result{Response: r}
+	if len(r.MutatedObject) > 0 { // as policy.ValidateRaw: diffed against the raw request
+		p, err := admission.Diff(raw, r.MutatedObject)
+		if err != nil {
+			return nil, err
+		}
+		res.Patch = p
+	}
+	return res, nil
 }
 
 func (s *scripted) Close(context.Context) { s.closed.Store(true) }

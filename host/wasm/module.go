@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -106,13 +107,6 @@ type Pool struct {
 	live   int
 }
 
-// PoolStats describes a pool.
-type PoolStats struct {
-	Size      int // the most instances that may exist
-	Live      int // instances that exist now
-	Discarded int // not tracked per pool; see metrics in the caller
-}
-
 // NewPool creates a pool of up to size instances and instantiates one now, so
 // that a module that cannot start fails here rather than on the first call.
 func (m *Module) NewPool(ctx context.Context, size int) (*Pool, error) {
@@ -181,14 +175,7 @@ func (p *Pool) Call(ctx context.Context, timeout time.Duration, operation string
 		return nil, err
 	}
 	out, err := inst.wi.Invoke(ctx, operation, payload)
-	if err == nil && ctx.Err() != nil {
-		// The guest answered, but only after its deadline (typically it gave up
-		// on a host call that was cut at the deadline). The answer is not
-		// trusted, and wazero closes an instance whose context is done.
-		p.discard(inst)
-		return nil, fmt.Errorf("%w after %s (the guest answered after its deadline)", ErrTimeout, timeout)
-	}
-	if err == nil {
+	if err == nil && ctx.Err() == nil {
 		// out is a view of the guest's linear memory: copy it before the
 		// instance serves another call.
 		out = append([]byte(nil), out...)
@@ -204,11 +191,17 @@ func (p *Pool) Call(ctx context.Context, timeout time.Duration, operation string
 	return nil, cerr
 }
 
-// classify maps an Invoke error to one of the package's sentinel errors and
-// says whether the instance must be thrown away.
+// classify maps the outcome of a call that failed or ended after its deadline
+// to one of the package's sentinel errors and says whether the instance must
+// be thrown away.
 func (p *Pool) classify(ctx context.Context, inst *instance, timeout time.Duration, err error) (error, bool) {
 	var exit *sys.ExitError
 	switch {
+	case err == nil:
+		// The guest answered, but only after its deadline (typically it gave up
+		// on a host call that was cut at the deadline). The answer is not
+		// trusted, and an instance whose context is done is not reused.
+		return fmt.Errorf("%w after %s (the guest answered after its deadline)", ErrTimeout, timeout), true
 	case inst.alloc.hit.Load():
 		return fmt.Errorf("%w (limit %d bytes): %v", ErrMemoryLimit, p.mod.memCap, unwrapInvoke(err)), true
 	case errors.As(err, &exit) && (exit.ExitCode() == sys.ExitCodeDeadlineExceeded || exit.ExitCode() == sys.ExitCodeContextCanceled):
@@ -231,7 +224,7 @@ func (p *Pool) classify(ctx context.Context, inst *instance, timeout time.Durati
 // waPC error (or no response) rather than a runtime failure. wapc-go wraps
 // runtime failures as "error invoking guest: ...".
 func isGuestError(err error) bool {
-	return errors.Unwrap(err) == nil && !hasPrefix(err.Error(), "error invoking guest")
+	return errors.Unwrap(err) == nil && !strings.HasPrefix(err.Error(), "error invoking guest")
 }
 
 func unwrapInvoke(err error) error {
@@ -240,8 +233,6 @@ func unwrapInvoke(err error) error {
 	}
 	return err
 }
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 func (p *Pool) acquire(ctx context.Context) (*instance, error) {
 	// Prefer an idle instance; otherwise create one if a slot is free; otherwise wait.
