@@ -9,9 +9,10 @@ import (
 	"github.com/tollgate-dev/tollgate/host/wasm"
 )
 
-// withHostCalls attaches this policy's host-call handler to ctx.
+// withHostCalls attaches this policy's host-call handler to ctx. The handler
+// value is made once at load, not per request.
 func (p *Policy) withHostCalls(ctx context.Context) context.Context {
-	return wasm.WithHostCallHandler(ctx, p.handleHostCall)
+	return wasm.WithHostCallHandler(ctx, p.hostHandler)
 }
 
 // handleHostCall answers the host calls a policy makes: logging is always

@@ -130,7 +130,9 @@ type Policy struct {
 	timeout  time.Duration
 	maxResp  int
 	hostCall wasm.HostCallHandler
-	logger   *slog.Logger
+	// hostHandler is p.handleHostCall, bound once.
+	hostHandler wasm.HostCallHandler
+	logger      *slog.Logger
 }
 
 // Load compiles the module (or reuses it), starts an instance, and validates
@@ -160,6 +162,7 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 		timeout: s.Timeout, maxResp: s.MaxResponseBytes, hostCall: s.HostCalls,
 		logger: h.logger.With("policy", s.ID),
 	}
+	p.hostHandler = p.handleHostCall
 	if p.timeout <= 0 {
 		p.timeout = DefaultTimeout
 	}
