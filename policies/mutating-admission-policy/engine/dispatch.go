@@ -47,7 +47,11 @@ func (e *Engine) message(pe policyError) string {
 
 // dispatch returns the object after the mutations (nil when there is no
 // object), or a status error that rejects the request.
-func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes) (runtime.Object, *apierrors.StatusError) {
+//
+// With a non-nil fast state, the versioned objects are wrapped in
+// canonicalObjects (see canonical.go); the caller must redo the dispatch
+// without it when the state reports a failure.
+func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *fastState) (runtime.Object, *apierrors.StatusError) {
 	policy, binding := e.settings.Policy, e.settings.Binding
 	var errs []policyError
 
@@ -75,6 +79,10 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes) (runti
 		if err != nil {
 			errs = append(errs, policyError{err: fmt.Errorf("failed to configure policy: %w", err)})
 			return nil
+		}
+		if fast != nil {
+			versioned.VersionedObject = wrapTyped(versioned.VersionedObject, fast)
+			versioned.VersionedOldObject = wrapTyped(versioned.VersionedOldObject, fast)
 		}
 		params, err := e.collectParams(attr.GetNamespace())
 		if err != nil {
@@ -113,7 +121,7 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes) (runti
 				if versioned.VersionedObject == nil {
 					continue
 				}
-				err := e.patchOne(ictx, patcher, versioned, namespace, matchGVR, plugincel.OptionalVariableBindings{VersionedParams: param, Authorizer: e.authorizer})
+				err := e.patchOne(ictx, patcher, versioned, namespace, matchGVR, plugincel.OptionalVariableBindings{VersionedParams: param, Authorizer: e.authorizer}, fast)
 				if err != nil {
 					var se *apierrors.StatusError
 					if errors.As(err, &se) {
@@ -124,7 +132,7 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes) (runti
 			}
 		}
 		if versioned.VersionedObject != nil && versioned.Dirty {
-			result = versioned.VersionedObject
+			result = unwrap(versioned.VersionedObject)
 		}
 		return nil
 	}
@@ -149,19 +157,25 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes) (runti
 }
 
 // patchOne is the mutating dispatcher's dispatchOne.
-func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, versioned *admission.VersionedAttributes, namespace *corev1.Namespace, resource schema.GroupVersionResource, vars plugincel.OptionalVariableBindings) error {
+func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, versioned *admission.VersionedAttributes, namespace *corev1.Namespace, resource schema.GroupVersionResource, vars plugincel.OptionalVariableBindings, fast *fastState) error {
+	tc := e.types.GetTypeConverter(versioned.VersionedKind)
+	if _, wrapped := versioned.VersionedObject.(*canonicalObject); wrapped && tc != nil {
+		tc = canonicalConverter{tc}
+	}
 	req := patch.Request{
 		MatchedResource:     resource,
 		VersionedAttributes: versioned,
 		ObjectInterfaces:    e.objects,
 		OptionalVariables:   vars,
 		Namespace:           namespace,
-		TypeConverter:       e.types.GetTypeConverter(versioned.VersionedKind),
+		TypeConverter:       tc,
 	}
 	obj, err := patcher.Patch(ctx, req, celconfig.RuntimeCELCostBudget)
 	if err != nil {
 		return err
 	}
+	// A JSONPatch whose test failed returns the object it was given.
+	obj = unwrap(obj)
 	if _, ok := versioned.VersionedObject.(*unstructured.Unstructured); !ok {
 		obj, err = e.objects.GetObjectConvertor().ConvertToVersion(obj, versioned.GetKind().GroupVersion())
 		if err != nil {
@@ -171,7 +185,32 @@ func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, versioned 
 	e.objects.GetObjectDefaulter().Default(obj)
 	versioned.Dirty = true
 	versioned.VersionedObject = obj
+	if fast != nil {
+		versioned.VersionedObject = wrapTyped(obj, fast)
+	}
 	return nil
+}
+
+// rulesMayMatch is false when the policy's resource rules alone rule the
+// request out (no rule matches, or an excluded rule does). Rules read only
+// the request's attributes, not its objects, and when they rule a request
+// out, matches returns false without an error whatever the selectors say;
+// Evaluate uses this to accept such requests before decoding their objects.
+// A policy whose matchConstraints dispatch would report as an error (nil
+// selectors) is left to dispatch.
+func (e *Engine) rulesMayMatch(attr admission.Attributes) bool {
+	m := e.settings.Policy.Spec.MatchConstraints
+	if m == nil || m.NamespaceSelector == nil || m.ObjectSelector == nil {
+		return true
+	}
+	if excluded, _, _, _ := e.matchRules(m.ExcludeResourceRules, m.MatchPolicy, attr); excluded {
+		return false
+	}
+	if len(m.ResourceRules) == 0 {
+		return true
+	}
+	matched, _, _, _ := e.matchRules(m.ResourceRules, m.MatchPolicy, attr)
+	return matched
 }
 
 // matches is the apiserver's matching.Matcher.Matches for one MatchResources:

@@ -30,6 +30,8 @@ type Engine struct {
 	types            *typeConverters
 	objects          admission.ObjectInterfaces
 	scheme           *runtime.Scheme
+	// exactOnly disables the canonicalObject fast path (tests compare both).
+	exactOnly bool
 }
 
 // Result is the outcome of one evaluation.
@@ -95,6 +97,11 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	}
 	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
 	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	dryRun := req.DryRun != nil && *req.DryRun
+	userInfo := &user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups, Extra: req.UserInfo.Extra}
+	if !e.rulesMayMatch(admission.NewAttributesRecord(nil, nil, gvk, req.Namespace, req.Name, gvr, req.SubResource, op, nil, dryRun, userInfo)) {
+		return &Result{Accepted: true}, nil
+	}
 	obj, err := e.decodeObject(req.Object, gvk)
 	if err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
@@ -110,11 +117,17 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 			options = u
 		}
 	}
-	dryRun := req.DryRun != nil && *req.DryRun
-	userInfo := &user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups, Extra: req.UserInfo.Extra}
 	attr := admission.NewAttributesRecord(obj, oldObj, gvk, req.Namespace, req.Name, gvr, req.SubResource, op, options, dryRun, userInfo)
 
-	mutated, se := e.dispatch(ctx, attr)
+	var fast *fastState
+	if !e.exactOnly {
+		fast = &fastState{}
+	}
+	mutated, se := e.dispatch(ctx, attr, fast)
+	if fast != nil && fast.failed {
+		// Something the fast path cannot vouch for: redo it all exactly.
+		mutated, se = e.dispatch(ctx, attr, nil)
+	}
 	if se != nil {
 		return &Result{Message: se.ErrStatus.Message, Code: se.ErrStatus.Code}, nil
 	}
@@ -124,7 +137,9 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	}
 	// A mutation ran; it may have left the object as it was (a failed
 	// JSONPatch test). Compare the encodings, as the apiserver would store them.
-	before, err := e.encodeRequestObject(req.Object, gvk)
+	// The evaluators never modify the object they are given (they return
+	// new ones), so obj is still the request's object as decoded.
+	before, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
 	}
@@ -140,15 +155,6 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 		return nil, err
 	}
 	return &Result{Accepted: true, Object: out}, nil
-}
-
-// encodeRequestObject is the request object as the engine holds it, encoded.
-func (e *Engine) encodeRequestObject(raw json.RawMessage, gvk schema.GroupVersionKind) ([]byte, error) {
-	obj, err := e.decodeObject(raw, gvk)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(obj)
 }
 
 // decodeObject decodes a request object the way the apiserver holds it:
@@ -174,55 +180,4 @@ func (e *Engine) decodeObject(raw json.RawMessage, gvk schema.GroupVersionKind) 
 	}
 	u.SetGroupVersionKind(gvk)
 	return u, nil
-}
-
-// pruneNulls makes null-valued keys of the result agree with the request's
-// object: a null key the object did not have is dropped, and a null key the
-// object had (creationTimestamp: null, as the apiserver sends it) is kept even
-// when the typed encoding omits it, so that the host's diff holds only what
-// the policy changed.
-func pruneNulls(result []byte, original json.RawMessage) (json.RawMessage, error) {
-	if !bytes.Contains(result, []byte("null")) && !bytes.Contains(original, []byte("null")) {
-		return result, nil
-	}
-	var r, o any
-	if err := json.Unmarshal(result, &r); err != nil {
-		return nil, err
-	}
-	_ = json.Unmarshal(original, &o)
-	r = prune(r, o)
-	return json.Marshal(r)
-}
-
-func prune(r, o any) any {
-	switch rv := r.(type) {
-	case map[string]any:
-		om, _ := o.(map[string]any)
-		for k, ov := range om {
-			if _, has := rv[k]; !has && ov == nil {
-				rv[k] = nil
-			}
-		}
-		for k, v := range rv {
-			ov, had := om[k]
-			if v == nil && !had {
-				delete(rv, k)
-				continue
-			}
-			rv[k] = prune(v, ov)
-		}
-		return rv
-	case []any:
-		ol, _ := o.([]any)
-		for i := range rv {
-			var ov any
-			if i < len(ol) {
-				ov = ol[i]
-			}
-			rv[i] = prune(rv[i], ov)
-		}
-		return rv
-	default:
-		return r
-	}
 }

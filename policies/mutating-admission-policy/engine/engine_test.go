@@ -104,6 +104,17 @@ func check(t *testing.T, e *Engine, r req, w want) {
 	if err != nil {
 		t.Fatalf("Evaluate: %v", err)
 	}
+	// Every case also checks that the fast path (canonicalObject) gives
+	// exactly what the exact path gives.
+	exact := *e
+	exact.exactOnly = true
+	resExact, err := exact.Evaluate(context.Background(), r.build(t))
+	if err != nil {
+		t.Fatalf("Evaluate (exact path): %v", err)
+	}
+	if !reflect.DeepEqual(res, resExact) {
+		t.Fatalf("fast path\n  %+v (object %s)\nexact path\n  %+v (object %s)", res, res.Object, resExact, resExact.Object)
+	}
 	switch {
 	case w.reject != "":
 		if res.Accepted {
@@ -862,5 +873,54 @@ func TestTooManyMatchConditions(t *testing.T) {
 	_, err := Compile([]byte(policy("  matchConditions:\n"+conds.String(), setReplicas5, "")))
 	if err == nil || !strings.Contains(err.Error(), "spec.matchConditions: Too many: 65: must have at most 64 items") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestRulesPrefilter checks that a request the policy's rules rule out is
+// accepted before its objects are decoded (a malformed object is not even
+// read), and that a request the rules let through is decoded.
+func TestRulesPrefilter(t *testing.T) {
+	e := compile(t, policyWith(setReplicas5))
+	malformed := func(kind, group, version, resource, op string) *protocol.KubernetesAdmissionRequest {
+		return &protocol.KubernetesAdmissionRequest{
+			Kind:      protocol.GroupVersionKind{Group: group, Version: version, Kind: kind},
+			Resource:  protocol.GroupVersionResource{Group: group, Version: version, Resource: resource},
+			Operation: op, Namespace: "default", Name: "x",
+			Object: json.RawMessage(`{"spec": {"replicas": "not a number"}}`),
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		r       *protocol.KubernetesAdmissionRequest
+		decoded bool
+	}{
+		{"resource not in rules", malformed("Secret", "", "v1", "secrets", "CREATE"), false},
+		{"operation not in rules", malformed("Deployment", "apps", "v1", "deployments", "CONNECT"), false},
+		{"version not in rules", malformed("Deployment", "apps", "v1beta1", "deployments", "CREATE"), false},
+		{"subresource not in rules", func() *protocol.KubernetesAdmissionRequest {
+			r := malformed("Deployment", "apps", "v1", "deployments", "UPDATE")
+			r.SubResource = "scale"
+			return r
+		}(), false},
+		{"matching rules decode the object", malformed("Deployment", "apps", "v1", "deployments", "CREATE"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := e.Evaluate(context.Background(), c.r)
+			if c.decoded {
+				if err == nil || !strings.Contains(err.Error(), "request.object") {
+					t.Fatalf("want a decoding error, got %v %+v", err, res)
+				}
+				return
+			}
+			if err != nil || !res.Accepted || res.Object != nil {
+				t.Fatalf("want accepted unchanged without decoding, got %v %+v", err, res)
+			}
+		})
+	}
+	// Excluded rules rule a request out too.
+	excl := compile(t, strings.Replace(policyWith(setReplicas5), "  reinvocationPolicy: Never\n",
+		"    excludeResourceRules: [{apiGroups: [apps], apiVersions: ['*'], operations: ['*'], resources: ['*']}]\n  reinvocationPolicy: Never\n", 1))
+	if res, err := excl.Evaluate(context.Background(), malformed("Deployment", "apps", "v1", "deployments", "CREATE")); err != nil || !res.Accepted || res.Object != nil {
+		t.Fatalf("excluded: %v %+v", err, res)
 	}
 }

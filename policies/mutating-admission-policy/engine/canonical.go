@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+)
+
+// canonicalObject carries a typed object through the apiserver's evaluators
+// together with its unstructured form, converted once.
+//
+// The apiserver holds built-in objects typed. Each CEL evaluation (every
+// match-condition set and every mutation) converts the typed object to
+// unstructured by reflection (runtime.DefaultUnstructuredConverter), and the
+// apply-configuration patcher converts it again, by reflection, to a
+// structured-merge value. Those conversions were a quarter of an evaluation.
+// A canonicalObject answers all of them from one conversion and otherwise
+// behaves exactly like the typed object it wraps:
+//
+//   - CEL's activation calls ToUnstructured, which returns the content of any
+//     runtime.Unstructured as is: the content is ToUnstructured(typed), what
+//     the activation would have computed;
+//   - the JSONPatch patcher encodes the object with encoding/json: MarshalJSON
+//     is the typed object's encoding, byte for byte; it decodes the patched
+//     JSON into a new typed object (the wrapper is not an
+//     *unstructured.Unstructured), as it would;
+//   - the apply-configuration patcher gets canonicalConverter, which gives
+//     the structured-merge parser the unstructured content instead of the
+//     typed struct (the same value: both conversions follow the JSON tags,
+//     and TestCanonicalMatchesTyped checks it);
+//   - patchOne unwraps what a patcher returns before converting it.
+//
+// The conversion is lazy (an object nobody reads is never converted). If it
+// fails, the content is empty and the failure is recorded in the evaluation
+// state: Evaluate then discards the result and runs the request again on
+// plain typed objects, so that the error is the apiserver's.
+type canonicalObject struct {
+	typed   runtime.Object
+	content map[string]any
+	state   *fastState
+}
+
+// fastState is shared by the wrappers of one evaluation.
+type fastState struct {
+	// failed is set when a conversion failed: the evaluation must be redone
+	// on the exact path.
+	failed bool
+}
+
+var errNotWrapped = errors.New("not a canonical object")
+
+// wrapTyped wraps a typed object; unstructured objects (and nil) are returned
+// as they are, they need no conversion.
+func wrapTyped(obj runtime.Object, state *fastState) runtime.Object {
+	switch o := obj.(type) {
+	case nil, *unstructured.Unstructured, *canonicalObject:
+		return obj
+	default:
+		return &canonicalObject{typed: o, state: state}
+	}
+}
+
+// unwrap returns the typed object a canonicalObject carries, or obj itself.
+func unwrap(obj runtime.Object) runtime.Object {
+	if c, ok := obj.(*canonicalObject); ok {
+		return c.typed
+	}
+	return obj
+}
+
+func (c *canonicalObject) GetObjectKind() schema.ObjectKind { return c.typed.GetObjectKind() }
+
+func (c *canonicalObject) DeepCopyObject() runtime.Object {
+	return &canonicalObject{typed: c.typed.DeepCopyObject(), state: c.state}
+}
+
+// UnstructuredContent is ToUnstructured of the typed object, computed once.
+// It must not be modified (nothing in the evaluators does).
+func (c *canonicalObject) UnstructuredContent() map[string]any {
+	if c.content == nil {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c.typed)
+		if err != nil {
+			c.state.failed = true
+			u = map[string]any{}
+		}
+		c.content = u
+	}
+	return c.content
+}
+
+// SetUnstructuredContent is not used by the evaluators; it replaces the
+// content without touching the typed object, so it marks the evaluation for
+// the exact path.
+func (c *canonicalObject) SetUnstructuredContent(m map[string]any) {
+	c.state.failed = true
+	c.content = m
+}
+
+func (c *canonicalObject) NewEmptyInstance() runtime.Unstructured {
+	return &unstructured.Unstructured{}
+}
+func (c *canonicalObject) IsList() bool { return false }
+func (c *canonicalObject) EachListItem(func(runtime.Object) error) error {
+	return errNotWrapped
+}
+func (c *canonicalObject) EachListItemWithAlloc(func(runtime.Object) error) error {
+	return errNotWrapped
+}
+
+// GetObjectMeta makes meta.Accessor see the typed object's metadata.
+func (c *canonicalObject) GetObjectMeta() metav1.Object {
+	m, err := meta.Accessor(c.typed)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// MarshalJSON is the typed object's encoding.
+func (c *canonicalObject) MarshalJSON() ([]byte, error) { return json.Marshal(c.typed) }
+
+var (
+	_ runtime.Unstructured        = &canonicalObject{}
+	_ metav1.ObjectMetaAccessor   = &canonicalObject{}
+	_ json.Marshaler              = &canonicalObject{}
+	_ managedfields.TypeConverter = canonicalConverter{}
+)
+
+// canonicalConverter is a structured-merge type converter that reads a
+// canonicalObject through its unstructured content.
+type canonicalConverter struct{ managedfields.TypeConverter }
+
+func (c canonicalConverter) ObjectToTyped(obj runtime.Object, opts ...typed.ValidationOptions) (*typed.TypedValue, error) {
+	if w, ok := obj.(*canonicalObject); ok {
+		u := &unstructured.Unstructured{Object: w.UnstructuredContent()}
+		return c.TypeConverter.ObjectToTyped(u, opts...)
+	}
+	return c.TypeConverter.ObjectToTyped(obj, opts...)
+}

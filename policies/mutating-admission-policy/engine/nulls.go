@@ -1,0 +1,412 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"unicode/utf8"
+)
+
+// pruneNulls makes null-valued keys of the result agree with the request's
+// object: a null key the object did not have is dropped, and a null key the
+// object had (creationTimestamp: null, as the apiserver sends it) is kept even
+// when the typed encoding omits it, so that the host's diff holds only what
+// the policy changed.
+//
+// It runs on nearly every mutation (typed encodings hold
+// `creationTimestamp: null`), so it works on the bytes: one pass over the
+// original builds a skeleton of its objects' keys, one pass over the result
+// copies it, dropping and adding null members. Neither pass decodes a value
+// or goes through encoding/json's scanner (one indirect call per byte, slow
+// in Wasm). Keys are compared as they are spelled; if either document has an
+// escaped key, or does not parse, the general decoding version does it.
+func pruneNulls(result []byte, original json.RawMessage) (json.RawMessage, error) {
+	if !bytes.Contains(result, []byte("null")) && !bytes.Contains(original, []byte("null")) {
+		return result, nil
+	}
+	if out, err := pruneNullsBytes(result, original); err == nil {
+		return out, nil
+	}
+	return pruneNullsDecoded(result, original)
+}
+
+// pruneNullsDecoded is pruneNulls through encoding/json.
+func pruneNullsDecoded(result []byte, original json.RawMessage) (json.RawMessage, error) {
+	var r, o any
+	if err := json.Unmarshal(result, &r); err != nil {
+		return nil, err
+	}
+	_ = json.Unmarshal(original, &o)
+	r = prune(r, o)
+	return json.Marshal(r)
+}
+
+func prune(r, o any) any {
+	switch rv := r.(type) {
+	case map[string]any:
+		om, _ := o.(map[string]any)
+		for k, ov := range om {
+			if _, has := rv[k]; !has && ov == nil {
+				rv[k] = nil
+			}
+		}
+		for k, v := range rv {
+			ov, had := om[k]
+			if v == nil && !had {
+				delete(rv, k)
+				continue
+			}
+			rv[k] = prune(v, ov)
+		}
+		return rv
+	case []any:
+		ol, _ := o.([]any)
+		for i := range rv {
+			var ov any
+			if i < len(ol) {
+				ov = ol[i]
+			}
+			rv[i] = prune(rv[i], ov)
+		}
+		return rv
+	default:
+		return r
+	}
+}
+
+// skeleton is what pruning needs of one original value: for an object its
+// keys (raw, quoted) with their values' skeletons and which are null, for an
+// array its items' skeletons. Scalars have a nil skeleton; a null value has
+// nullSkeleton.
+type skeleton struct {
+	keys  map[string]*skeleton
+	order []string // keys in document order (the null ones are re-added in it)
+	items []*skeleton
+}
+
+var nullSkeleton = &skeleton{}
+
+var errNotPlain = errors.New("not plain JSON for the byte-level pruning")
+
+type jsonReader struct {
+	b []byte
+	i int
+}
+
+func (r *jsonReader) space() {
+	for r.i < len(r.b) {
+		switch r.b[r.i] {
+		case ' ', '\t', '\n', '\r':
+			r.i++
+		default:
+			return
+		}
+	}
+}
+
+// str reads a string; it fails on escapes when noEscapes (keys).
+func (r *jsonReader) str(noEscapes bool) ([]byte, error) {
+	start := r.i
+	if r.i >= len(r.b) || r.b[r.i] != '"' {
+		return nil, errNotPlain
+	}
+	for r.i++; r.i < len(r.b); r.i++ {
+		switch c := r.b[r.i]; {
+		case c == '"':
+			r.i++
+			if noEscapes && !utf8.Valid(r.b[start:r.i]) {
+				// encoding/json reads invalid UTF-8 as U+FFFD: keys
+				// spelled differently could be the same key.
+				return nil, errNotPlain
+			}
+			return r.b[start:r.i], nil
+		case c == '\\':
+			if noEscapes {
+				return nil, errNotPlain
+			}
+			r.i++
+		case c < 0x20:
+			return nil, errNotPlain
+		}
+	}
+	return nil, errNotPlain
+}
+
+// scalar reads a number or a literal; null is reported.
+func (r *jsonReader) scalar() (isNull bool, err error) {
+	start := r.i
+	for r.i < len(r.b) {
+		c := r.b[r.i]
+		if c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			break
+		}
+		if c == '"' || c == '{' || c == '[' || c == ':' {
+			return false, errNotPlain
+		}
+		r.i++
+	}
+	if r.i == start {
+		return false, errNotPlain
+	}
+	return string(r.b[start:r.i]) == "null", nil
+}
+
+// skel reads one value of the original into its skeleton.
+func (r *jsonReader) skel(depth int) (*skeleton, error) {
+	if depth > 10000 {
+		return nil, errNotPlain
+	}
+	r.space()
+	if r.i >= len(r.b) {
+		return nil, errNotPlain
+	}
+	switch r.b[r.i] {
+	case '{':
+		s := &skeleton{keys: map[string]*skeleton{}}
+		r.i++
+		r.space()
+		if r.i < len(r.b) && r.b[r.i] == '}' {
+			r.i++
+			return s, nil
+		}
+		for {
+			r.space()
+			k, err := r.str(true)
+			if err != nil {
+				return nil, err
+			}
+			r.space()
+			if r.i >= len(r.b) || r.b[r.i] != ':' {
+				return nil, errNotPlain
+			}
+			r.i++
+			v, err := r.skel(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := s.keys[string(k)]; dup {
+				return nil, errNotPlain // encoding/json keeps the last one; leave it to it
+			}
+			s.keys[string(k)] = v
+			s.order = append(s.order, string(k))
+			r.space()
+			if r.i >= len(r.b) {
+				return nil, errNotPlain
+			}
+			if r.b[r.i] == '}' {
+				r.i++
+				return s, nil
+			}
+			if r.b[r.i] != ',' {
+				return nil, errNotPlain
+			}
+			r.i++
+		}
+	case '[':
+		s := &skeleton{items: []*skeleton{}}
+		r.i++
+		r.space()
+		if r.i < len(r.b) && r.b[r.i] == ']' {
+			r.i++
+			return s, nil
+		}
+		for {
+			v, err := r.skel(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			s.items = append(s.items, v)
+			r.space()
+			if r.i >= len(r.b) {
+				return nil, errNotPlain
+			}
+			if r.b[r.i] == ']' {
+				r.i++
+				return s, nil
+			}
+			if r.b[r.i] != ',' {
+				return nil, errNotPlain
+			}
+			r.i++
+		}
+	case '"':
+		_, err := r.str(false)
+		return nil, err
+	default:
+		isNull, err := r.scalar()
+		if isNull {
+			return nullSkeleton, err
+		}
+		return nil, err
+	}
+}
+
+// copyPruned copies one value of the result to out, pruning its objects
+// against the original's skeleton o (nil when the original had no container
+// there).
+func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, error) {
+	if depth > 10000 {
+		return nil, errNotPlain
+	}
+	r.space()
+	if r.i >= len(r.b) {
+		return nil, errNotPlain
+	}
+	switch r.b[r.i] {
+	case '{':
+		r.i++
+		out = append(out, '{')
+		first := true
+		var seen map[string]bool
+		if o != nil && o.keys != nil {
+			seen = make(map[string]bool, len(o.keys))
+		}
+		r.space()
+		if r.i < len(r.b) && r.b[r.i] == '}' {
+			r.i++
+		} else {
+			for {
+				r.space()
+				k, err := r.str(true)
+				if err != nil {
+					return nil, err
+				}
+				r.space()
+				if r.i >= len(r.b) || r.b[r.i] != ':' {
+					return nil, errNotPlain
+				}
+				r.i++
+				r.space()
+				var child *skeleton
+				had := false
+				if o != nil && o.keys != nil {
+					child, had = o.keys[string(k)]
+					if seen[string(k)] {
+						return nil, errNotPlain // duplicate key
+					}
+					seen[string(k)] = true
+				}
+				if r.i+4 <= len(r.b) && string(r.b[r.i:r.i+4]) == "null" && (r.i+4 == len(r.b) || isDelim(r.b[r.i+4])) {
+					r.i += 4
+					if had {
+						out = appendMember(out, &first, k)
+						out = append(out, "null"...)
+					}
+				} else {
+					out = appendMember(out, &first, k)
+					if out, err = r.copyPruned(out, child, depth+1); err != nil {
+						return nil, err
+					}
+				}
+				r.space()
+				if r.i >= len(r.b) {
+					return nil, errNotPlain
+				}
+				if r.b[r.i] == '}' {
+					r.i++
+					break
+				}
+				if r.b[r.i] != ',' {
+					return nil, errNotPlain
+				}
+				r.i++
+			}
+		}
+		// The original's null keys the result lacks.
+		if o != nil {
+			for _, k := range o.order {
+				if o.keys[k] == nullSkeleton && !seen[k] {
+					out = appendMember(out, &first, []byte(k))
+					out = append(out, "null"...)
+				}
+			}
+		}
+		return append(out, '}'), nil
+	case '[':
+		r.i++
+		out = append(out, '[')
+		r.space()
+		if r.i < len(r.b) && r.b[r.i] == ']' {
+			r.i++
+			return append(out, ']'), nil
+		}
+		for n := 0; ; n++ {
+			var child *skeleton
+			if o != nil && n < len(o.items) {
+				child = o.items[n]
+			}
+			if n > 0 {
+				out = append(out, ',')
+			}
+			var err error
+			if out, err = r.copyPruned(out, child, depth+1); err != nil {
+				return nil, err
+			}
+			r.space()
+			if r.i >= len(r.b) {
+				return nil, errNotPlain
+			}
+			if r.b[r.i] == ']' {
+				r.i++
+				return append(out, ']'), nil
+			}
+			if r.b[r.i] != ',' {
+				return nil, errNotPlain
+			}
+			r.i++
+		}
+	case '"':
+		s, err := r.str(false)
+		if err != nil {
+			return nil, err
+		}
+		return append(out, s...), nil
+	default:
+		start := r.i
+		if _, err := r.scalar(); err != nil {
+			return nil, err
+		}
+		return append(out, r.b[start:r.i]...), nil
+	}
+}
+
+func isDelim(c byte) bool {
+	return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r'
+}
+
+func appendMember(out []byte, first *bool, key []byte) []byte {
+	if !*first {
+		out = append(out, ',')
+	}
+	*first = false
+	out = append(out, key...)
+	return append(out, ':')
+}
+
+// pruneNullsBytes is pruneNulls on the bytes; it fails (errNotPlain) on
+// anything it does not handle exactly like pruneNullsDecoded: escaped or
+// duplicate keys, malformed JSON.
+func pruneNullsBytes(result []byte, original []byte) ([]byte, error) {
+	var o *skeleton
+	if len(bytes.TrimSpace(original)) > 0 {
+		or := &jsonReader{b: original}
+		var err error
+		if o, err = or.skel(0); err != nil {
+			return nil, err
+		}
+		or.space()
+		if or.i != len(original) {
+			return nil, errNotPlain
+		}
+	}
+	rr := &jsonReader{b: result}
+	out, err := rr.copyPruned(make([]byte, 0, len(result)+32), o, 0)
+	if err != nil {
+		return nil, err
+	}
+	rr.space()
+	if rr.i != len(result) {
+		return nil, errNotPlain
+	}
+	return out, nil
+}
