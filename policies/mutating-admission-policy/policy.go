@@ -1,48 +1,51 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/json"
-	"fmt"
 	"sync"
 
 	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/engine"
 	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
-	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
-// compiled caches the engines by the SHA-256 of the settings bytes. The host
-// sends the settings with every validate call; one policy instance normally
-// sees one settings value, so the cache is tiny.
+// compiled caches the engines by their settings bytes. The host sends the
+// settings with every validate call and one policy instance normally sees one
+// settings value, so the cache is tiny and the lookup a byte comparison with
+// the most recent settings (no hashing of the whole policy per request).
 var compiled struct {
 	sync.Mutex
-	engines map[[32]byte]*engine.Engine
-	order   [][32]byte
+	entries []compiledEntry // most recently used first
+}
+
+type compiledEntry struct {
+	settings []byte
+	engine   *engine.Engine
 }
 
 const maxCachedSettings = 4
 
 func engineFor(settings []byte) (*engine.Engine, error) {
-	key := sha256.Sum256(settings)
 	compiled.Lock()
 	defer compiled.Unlock()
-	if e, ok := compiled.engines[key]; ok {
-		return e, nil
+	for i, c := range compiled.entries {
+		if bytes.Equal(c.settings, settings) {
+			if i > 0 {
+				copy(compiled.entries[1:i+1], compiled.entries[:i])
+				compiled.entries[0] = c
+			}
+			return c.engine, nil
+		}
 	}
 	e, err := engine.Compile(settings)
 	if err != nil {
 		return nil, err
 	}
-	if compiled.engines == nil {
-		compiled.engines = map[[32]byte]*engine.Engine{}
+	if len(compiled.entries) >= maxCachedSettings {
+		compiled.entries = compiled.entries[:maxCachedSettings-1]
 	}
-	if len(compiled.order) >= maxCachedSettings {
-		delete(compiled.engines, compiled.order[0])
-		compiled.order = compiled.order[1:]
-	}
-	compiled.engines[key] = e
-	compiled.order = append(compiled.order, key)
+	entry := compiledEntry{settings: bytes.Clone(settings), engine: e}
+	compiled.entries = append([]compiledEntry{entry}, compiled.entries...)
 	return e, nil
 }
 
@@ -54,13 +57,9 @@ func validateSettings(payload []byte) ([]byte, error) {
 }
 
 func validate(payload []byte) ([]byte, error) {
-	// One pass over the payload: the ValidationRequest with its request decoded.
-	var vr struct {
-		Request  protocol.KubernetesAdmissionRequest `json:"request"`
-		Settings json.RawMessage                     `json:"settings"`
-	}
-	if err := json.Unmarshal(payload, &vr); err != nil {
-		return nil, fmt.Errorf("decoding the validation request: %w", err)
+	vr, err := decodeValidationRequest(payload)
+	if err != nil {
+		return nil, err
 	}
 	e, err := engineFor(vr.Settings)
 	if err != nil {
