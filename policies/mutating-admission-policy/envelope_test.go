@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -85,4 +86,19 @@ func FuzzDecodeValidationRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		checkEnvelope(t, payload)
 	})
+}
+
+func TestMutateResponse(t *testing.T) {
+	for _, obj := range []string{
+		`{}`,
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a\u003cb","labels":{"x":"y"},"creationTimestamp":null},"spec":{"containers":[{"name":"c","resources":{}}]},"status":{}}`,
+	} {
+		want, err := kubewarden.MutateRequest(json.RawMessage(obj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mutateResponse([]byte(obj)); string(got) != string(want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	}
 }

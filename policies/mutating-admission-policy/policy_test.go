@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package main
 
 import (
@@ -75,24 +77,5 @@ func TestValidate(t *testing.T) {
 	}
 	if _, err := guest.Invoke("validate", []byte(`{"request": 1, "settings": {}}`)); err == nil {
 		t.Fatal("bad payload accepted")
-	}
-}
-
-// BenchmarkValidate is the guest's validate natively (decoding the payload,
-// the settings cache, the engine, encoding the answer), on the sidecar example.
-func BenchmarkValidate(b *testing.B) {
-	raw, _ := os.ReadFile("testdata/sidecar-settings.yml")
-	settings, _ := yaml.YAMLToJSON(raw)
-	rawReq, _ := os.ReadFile("testdata/pod.json")
-	payload, _ := json.Marshal(protocol.ValidationRequest{Request: rawReq, Settings: settings})
-	if _, err := validate(payload); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := validate(payload); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -198,7 +198,8 @@ func BenchmarkMAPEvaluateWapc(b *testing.B) {
 }
 
 // BenchmarkMAPInstanceMemory reports the linear memory of one instance after
-// validate_settings and one validate (wapc-go's wazero engine, as the host).
+// validate_settings and one validate, and after 1000 more validates (wapc-go's
+// wazero engine, as the host). Run it with -benchtime 1x.
 func BenchmarkMAPInstanceMemory(b *testing.B) {
 	module := loadModule(b)
 	ctx := context.Background()
@@ -207,7 +208,7 @@ func BenchmarkMAPInstanceMemory(b *testing.B) {
 	payload, _ := json.Marshal(map[string]json.RawMessage{"request": req, "settings": settings})
 	cacheDir := b.TempDir()
 	for i := 0; i < b.N; i++ {
-		_, inst, done := newWapcInstance(b, module, cacheDir, true)
+		_, inst, done := newWapcInstance(b, module, cacheDir, false)
 		afterInit := inst.MemorySize()
 		if _, err := inst.Invoke(ctx, "validate_settings", settings); err != nil {
 			b.Fatal(err)
@@ -215,8 +216,19 @@ func BenchmarkMAPInstanceMemory(b *testing.B) {
 		if _, err := inst.Invoke(ctx, "validate", payload); err != nil {
 			b.Fatal(err)
 		}
+		afterOne := inst.MemorySize()
+		// The steady state: the garbage collector's heap target is reached
+		// after some requests, and linear memory never shrinks.
+		start := time.Now()
+		for j := 0; j < 1000; j++ {
+			if _, err := inst.Invoke(ctx, "validate", payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(time.Since(start).Microseconds())/1000, "mean-us-per-validate")
 		b.ReportMetric(float64(afterInit), "memory-after-init-bytes")
-		b.ReportMetric(float64(inst.MemorySize()), "memory-after-validate-bytes")
+		b.ReportMetric(float64(afterOne), "memory-after-validate-bytes")
+		b.ReportMetric(float64(inst.MemorySize()), "memory-after-1000-validates-bytes")
 		done()
 	}
 }

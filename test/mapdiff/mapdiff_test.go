@@ -22,7 +22,11 @@ const modulePath = "../../policies/mutating-admission-policy/policy.wasm"
 // loadModule reads the built module, failing with how to build it.
 func loadModule(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile(modulePath)
+	path := modulePath
+	if p := os.Getenv("TOLLGATE_MAP_MODULE"); p != "" {
+		path = p // to compare builds: TOLLGATE_MAP_MODULE=/tmp/other.wasm go test -bench ...
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		abs, _ := filepath.Abs(modulePath)
 		t.Fatalf("the mutating-admission-policy module is not built (%v): run `make policies` (or scripts/build-policies.sh policies/mutating-admission-policy) to build %s", err, abs)
