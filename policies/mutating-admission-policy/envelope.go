@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
@@ -206,9 +207,6 @@ func skimValidationRequest(payload []byte) (*validationRequest, bool) {
 	if err != nil {
 		return nil, false
 	}
-	// The small members, re-assembled into an object for encoding/json.
-	small := make([]byte, 0, 512)
-	small = append(small, '{')
 	var object, oldObject, options []byte
 	for _, m := range members {
 		if bytes.IndexByte(m.key, '\\') >= 0 {
@@ -228,12 +226,6 @@ func skimValidationRequest(payload []byte) (*validationRequest, bool) {
 					return nil, false
 				}
 			}
-			if len(small) > 1 {
-				small = append(small, ',')
-			}
-			small = append(small, m.key...)
-			small = append(small, ':')
-			small = append(small, m.value...)
 			continue
 		}
 		if *raw != nil {
@@ -241,13 +233,209 @@ func skimValidationRequest(payload []byte) (*validationRequest, bool) {
 		}
 		*raw = m.value
 	}
-	small = append(small, '}')
-	if err := json.Unmarshal(small, &vr.Request); err != nil {
-		return nil, false
+	if !decodeSmallMembers(members, &vr.Request) {
+		// The small members, re-assembled into an object for encoding/json.
+		small := []byte{'{'}
+		for _, m := range members {
+			switch string(m.key) {
+			case `"object"`, `"oldObject"`, `"options"`:
+				continue
+			}
+			if len(small) > 1 {
+				small = append(small, ',')
+			}
+			small = append(small, m.key...)
+			small = append(small, ':')
+			small = append(small, m.value...)
+		}
+		small = append(small, '}')
+		vr.Request = protocol.KubernetesAdmissionRequest{}
+		if err := json.Unmarshal(small, &vr.Request); err != nil {
+			return nil, false
+		}
 	}
 	// The same bytes encoding/json keeps in a RawMessage (null included).
 	vr.Request.Object = json.RawMessage(object)
 	vr.Request.OldObject = json.RawMessage(oldObject)
 	vr.Request.Options = json.RawMessage(options)
 	return vr, true
+}
+
+// decodeSmallMembers decodes the request's small members in the shapes the
+// apiserver writes them (plain strings without escapes, the kind and
+// resource objects, userInfo without extra, dryRun as a boolean), without
+// encoding/json. Anything else (an unknown key, a null, an escape, extra)
+// returns false: encoding/json then decodes them, with its rules.
+func decodeSmallMembers(members []member, r *protocol.KubernetesAdmissionRequest) bool {
+	for _, m := range members {
+		var ok bool
+		switch string(m.key) {
+		case `"object"`, `"oldObject"`, `"options"`:
+			ok = true
+		case `"uid"`:
+			r.UID, ok = plainString(m.value)
+		case `"subResource"`:
+			r.SubResource, ok = plainString(m.value)
+		case `"requestSubResource"`:
+			r.RequestSubResource, ok = plainString(m.value)
+		case `"name"`:
+			r.Name, ok = plainString(m.value)
+		case `"namespace"`:
+			r.Namespace, ok = plainString(m.value)
+		case `"operation"`:
+			r.Operation, ok = plainString(m.value)
+		case `"kind"`:
+			ok = decodeGVK(m.value, &r.Kind)
+		case `"requestKind"`:
+			if r.RequestKind == nil {
+				r.RequestKind = &protocol.GroupVersionKind{}
+			}
+			ok = decodeGVK(m.value, r.RequestKind)
+		case `"resource"`:
+			ok = decodeGVR(m.value, &r.Resource)
+		case `"requestResource"`:
+			if r.RequestResource == nil {
+				r.RequestResource = &protocol.GroupVersionResource{}
+			}
+			ok = decodeGVR(m.value, r.RequestResource)
+		case `"userInfo"`:
+			ok = decodeUserInfo(m.value, &r.UserInfo)
+		case `"dryRun"`:
+			switch string(m.value) {
+			case "true", "false":
+				b := string(m.value) == "true"
+				r.DryRun, ok = &b, true
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// plainString is the content of a JSON string without escapes (and valid
+// UTF-8, which encoding/json would otherwise replace).
+func plainString(v []byte) (string, bool) {
+	if len(v) < 2 || v[0] != '"' || v[len(v)-1] != '"' {
+		return "", false
+	}
+	s := v[1 : len(v)-1]
+	if bytes.IndexByte(s, '\\') >= 0 || bytes.IndexByte(s, '"') >= 0 || !utf8.Valid(s) {
+		return "", false
+	}
+	return string(s), true
+}
+
+// stringFields decodes an object whose members are all plain strings, each
+// stored by set; an unknown key fails.
+func stringFields(v []byte, set func(key string, value string) bool) bool {
+	members, err := skimObject(v)
+	if err != nil {
+		return false
+	}
+	for _, m := range members {
+		s, ok := plainString(m.value)
+		if !ok || !set(string(m.key), s) {
+			return false
+		}
+	}
+	return true
+}
+
+func decodeGVK(v []byte, out *protocol.GroupVersionKind) bool {
+	seen := 0
+	return stringFields(v, func(k, s string) bool {
+		switch k {
+		case `"group"`:
+			out.Group = s
+		case `"version"`:
+			out.Version = s
+		case `"kind"`:
+			out.Kind = s
+		default:
+			return false
+		}
+		seen++
+		return seen <= 3 // a duplicate: encoding/json's rules
+	})
+}
+
+func decodeGVR(v []byte, out *protocol.GroupVersionResource) bool {
+	seen := 0
+	return stringFields(v, func(k, s string) bool {
+		switch k {
+		case `"group"`:
+			out.Group = s
+		case `"version"`:
+			out.Version = s
+		case `"resource"`:
+			out.Resource = s
+		default:
+			return false
+		}
+		seen++
+		return seen <= 3
+	})
+}
+
+func decodeUserInfo(v []byte, out *protocol.UserInfo) bool {
+	members, err := skimObject(v)
+	if err != nil {
+		return false
+	}
+	for _, m := range members {
+		var ok bool
+		switch string(m.key) {
+		case `"username"`:
+			out.Username, ok = plainString(m.value)
+		case `"uid"`:
+			out.UID, ok = plainString(m.value)
+		case `"groups"`:
+			if out.Groups != nil {
+				return false
+			}
+			out.Groups, ok = plainStrings(m.value)
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// plainStrings decodes an array of plain strings.
+func plainStrings(v []byte) ([]string, bool) {
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '[' {
+		return nil, false
+	}
+	out := []string{}
+	i = skipSpace(v, i+1)
+	if i < len(v) && v[i] == ']' {
+		return out, skipSpace(v, i+1) == len(v)
+	}
+	for {
+		end, err := skipString(v, i)
+		if err != nil || v[i] != '"' {
+			return nil, false
+		}
+		s, ok := plainString(v[i:end])
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+		i = skipSpace(v, end)
+		if i >= len(v) {
+			return nil, false
+		}
+		switch v[i] {
+		case ',':
+			i = skipSpace(v, i+1)
+		case ']':
+			return out, skipSpace(v, i+1) == len(v)
+		default:
+			return nil, false
+		}
+	}
 }

@@ -41,12 +41,24 @@ var envelopeSeeds = []string{
 	`[1]`,
 	``,
 	`{"request":{"uid":"x",}}`,
+	`{"request":{"requestKind":{"group":"a","version":"v1"},"requestKind":{"kind":"K"},"requestResource":{"resource":"r"},"requestResource":{"group":"g"}}}`,
+	`{"request":{"kind":{"group":"a","group":"b"},"userInfo":{"username":"u"},"userInfo":{"uid":"1","groups":[]}}}`,
+	`{"request":{"dryRun":null,"name":null,"userInfo":{"groups":null}}}`,
+	`{"request":{"userInfo":{"groups":["a\u0062", "c"],"extra":{"k":["v"]}},"kind":{"Kind":"x"}}}`,
+	`{"request":{"name":"ÿ","namespace":1}}`,
+	`{"request":{"unknown":{"a":[1]},"uid":"u","dryRun":false}}`,
 	`{"request":{"uid" "x"}}`,
 }
 
 func TestDecodeValidationRequest(t *testing.T) {
 	for _, s := range envelopeSeeds {
 		checkEnvelope(t, []byte(s))
+	}
+	// The apiserver's shape of the small members is decoded by hand.
+	members, _ := skimObject([]byte(`{"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE", "userInfo": {"username": "alice", "groups": ["a", "b"]}, "object": {}, "dryRun": true}`))
+	var r protocol.KubernetesAdmissionRequest
+	if !decodeSmallMembers(members, &r) || r.UserInfo.Groups[1] != "b" || r.Kind.Kind != "Pod" || !*r.DryRun {
+		t.Errorf("decodeSmallMembers refused the common shape or got it wrong: %+v", r)
 	}
 	// The skimmer itself takes the common shapes (no fallback).
 	for _, s := range envelopeSeeds[:6] {
