@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -176,5 +177,39 @@ func TestCanonicalConversionFailureMarksState(t *testing.T) {
 	}
 	if wrapTyped(nil, state) != nil {
 		t.Fatal("wrapTyped(nil) != nil")
+	}
+}
+
+// TestFastPathFailureRerunsExactly: when the fast path reports a failed
+// conversion, Evaluate's answer is the exact path's, for a mutation, a
+// rejection and an unchanged object.
+func TestFastPathFailureRerunsExactly(t *testing.T) {
+	for _, c := range []struct {
+		name, settings string
+		r              req
+	}{
+		{"apply configuration", sidecarApply, req{object: pod}},
+		{"JSONPatch", sidecarJSONPatch, req{object: pod}},
+		{"unchanged", sidecarJSONPatch, req{object: podWithSidecar}},
+		{"rejected", policyWith(failingMutation), req{object: deployment}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := compile(t, c.settings)
+			exact := *e
+			exact.exactOnly = true
+			want, err := exact.Evaluate(context.Background(), c.r.build(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			failing := *e
+			failing.failFast = true
+			got, err := failing.Evaluate(context.Background(), c.r.build(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("after a fast-path failure\n  %+v (object %s)\nexact\n  %+v (object %s)", got, got.Object, want, want.Object)
+			}
+		})
 	}
 }

@@ -32,6 +32,9 @@ type Engine struct {
 	scheme           *runtime.Scheme
 	// exactOnly disables the canonicalObject fast path (tests compare both).
 	exactOnly bool
+	// failFast makes every fast evaluation report a failed conversion, to
+	// test the rerun on the exact path.
+	failFast bool
 }
 
 // Result is the outcome of one evaluation.
@@ -124,6 +127,9 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 		fast = &fastState{}
 	}
 	mutated, se := e.dispatch(ctx, attr, fast)
+	if fast != nil && e.failFast {
+		fast.failed = true
+	}
 	if fast != nil && fast.failed {
 		// Something the fast path cannot vouch for: redo it all exactly.
 		mutated, se = e.dispatch(ctx, attr, nil)
