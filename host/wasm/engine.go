@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -25,10 +28,12 @@ import (
 // Config configures an Engine. The zero value is usable: compilation cache in
 // the user cache directory, logs discarded.
 type Config struct {
-	// CacheDir is where wazero keeps compiled machine code across restarts.
-	// Empty means DefaultCacheDir().
+	// CacheDir is where wazero keeps compiled machine code across restarts,
+	// and where the engine keeps the modules it instrumented
+	// (tollgate-instrumented-v<N>/). Empty means DefaultCacheDir().
 	CacheDir string
-	// DisableCache turns the on-disk compilation cache off (an in-memory one is used).
+	// DisableCache turns both on-disk caches off (an in-memory compilation
+	// cache is used, and every module is instrumented at every load).
 	DisableCache bool
 	// Logger receives guest console output. Nil discards it.
 	Logger *slog.Logger
@@ -56,6 +61,10 @@ type Engine struct {
 	logger     *slog.Logger
 	dir        string
 	instrument bool
+	icache     instrumentedCache
+	// instrumented and icacheHits count wasmbin.Instrument runs and modules
+	// read from icache (for tests).
+	instrumented, icacheHits atomic.Int64
 
 	mu      sync.Mutex
 	modules map[moduleKey]*moduleEntry
@@ -92,6 +101,7 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("compilation cache %s: %w", e.dir, err)
 		}
 		e.cache = c
+		e.icache = newInstrumentedCache(e.dir)
 	}
 	return e, nil
 }
@@ -132,6 +142,10 @@ func Digest(wasm []byte) string {
 type ModuleConfig struct {
 	// MemoryLimitBytes caps each instance's linear memory. Zero means DefaultMemoryLimit.
 	MemoryLimitBytes uint64
+	// Digest is Digest(wasm) when the caller has computed it already (it
+	// saves hashing the module again). It is trusted: a wrong value makes the
+	// engine run whatever it compiled or cached under that digest.
+	Digest string
 }
 
 // DefaultMemoryLimit is the linear-memory cap per instance when none is set.
@@ -153,7 +167,13 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = DefaultMemoryLimit
 	}
-	key := moduleKey{digest: Digest(wasm), memCap: cfg.MemoryLimitBytes}
+	digest := cfg.Digest
+	if digest == "" {
+		digest = Digest(wasm)
+	} else if err := checkDigest(digest); err != nil {
+		return nil, err
+	}
+	key := moduleKey{digest: digest, memCap: cfg.MemoryLimitBytes}
 
 	e.mu.Lock()
 	if e.closed {
@@ -209,11 +229,10 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	// module can be instrumented; otherwise by wazero's close-on-context-done.
 	code, interrupt := wasm, ""
 	if e.instrument {
-		out, name, err := wasmbin.Instrument(wasm)
-		if err != nil {
+		if out, err := e.instrumentModule(wasm, key.digest, logger); err != nil {
 			logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
 		} else {
-			code, interrupt = out, name
+			code, interrupt = out, wasmbin.InterruptGlobal
 		}
 	}
 	wapcEngine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
@@ -235,6 +254,42 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		interrupt: interrupt,
 	}
 	return m, nil
+}
+
+// instrumentModule returns the module rewritten by wasmbin.Instrument: from
+// the on-disk cache when an earlier load left it there, else instrumented now
+// and stored. Any cache trouble only costs instrumenting again.
+func (e *Engine) instrumentModule(wasm []byte, digest string, logger *slog.Logger) ([]byte, error) {
+	out, err := e.icache.get(digest)
+	if err == nil {
+		e.icacheHits.Add(1)
+		return out, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		logger.Warn("instrumented-module cache entry unusable; instrumenting again", "error", err)
+		e.icache.remove(digest)
+	}
+	e.instrumented.Add(1)
+	out, name, err := wasmbin.Instrument(wasm)
+	if err != nil {
+		return nil, err
+	}
+	if name != wasmbin.InterruptGlobal {
+		return nil, fmt.Errorf("wasmbin.Instrument exported %q, want %q", name, wasmbin.InterruptGlobal)
+	}
+	if err := e.icache.put(digest, out); err != nil {
+		logger.Warn("cannot store the instrumented module in the cache", "dir", e.icache.dir, "error", err)
+	}
+	return out, nil
+}
+
+// checkDigest validates a caller-provided ModuleConfig.Digest.
+func checkDigest(d string) error {
+	h, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+		return fmt.Errorf("module digest %q: want sha256:<64 lower-case hex digits>", d)
+	}
+	return nil
 }
 
 // newRuntime is the wapc-go runtime factory: a compiler runtime sharing the
