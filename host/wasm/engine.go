@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 	"github.com/wapc/wapc-go"
@@ -42,6 +44,11 @@ type Config struct {
 	// and call) instead of an interrupt check compiled into the module. It is
 	// the mechanism used anyway for a module wasmbin.Instrument refuses.
 	DisableInstrumentation bool
+	// CompilationWorkers is how many goroutines compile one module's
+	// functions when it is not in the compilation cache. Zero means
+	// GOMAXPROCS; 1 compiles on the calling goroutine only (less memory at
+	// the peak of a compile).
+	CompilationWorkers int
 }
 
 // DefaultCacheDir is the compilation cache used when Config.CacheDir is empty:
@@ -61,6 +68,7 @@ type Engine struct {
 	logger     *slog.Logger
 	dir        string
 	instrument bool
+	workers    int
 	icache     instrumentedCache
 	// instrumented and icacheHits count wasmbin.Instrument runs and modules
 	// read from icache (for tests).
@@ -85,7 +93,10 @@ type moduleEntry struct {
 
 // NewEngine creates an Engine.
 func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
-	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}, instrument: !cfg.DisableInstrumentation}
+	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}, instrument: !cfg.DisableInstrumentation, workers: cfg.CompilationWorkers}
+	if e.workers <= 0 {
+		e.workers = runtime.GOMAXPROCS(0)
+	}
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
 	}
@@ -238,6 +249,9 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	wapcEngine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
 		return e.newRuntime(ctx, interrupt)
 	})
+	// A cache miss compiles the functions on e.workers goroutines (wazero
+	// reads the setting from the context of CompileModule).
+	ctx = experimental.WithCompilationWorkers(ctx, e.workers)
 	wm, err := wapcEngine.New(ctx, dispatchHostCall, code, &wapc.ModuleConfig{
 		Logger: consoleLog,
 		Stdout: stdout,
