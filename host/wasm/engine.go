@@ -69,10 +69,10 @@ type Engine struct {
 	dir        string
 	instrument bool
 	workers    int
-	icache     instrumentedCache
-	// instrumented and icacheHits count wasmbin.Instrument runs and modules
-	// read from icache (for tests).
-	instrumented, icacheHits atomic.Int64
+	loads      loadCache
+	// instrumented and stubHits count wasmbin.Instrument runs and modules
+	// started from a stub in the load cache (for tests).
+	instrumented, stubHits atomic.Int64
 
 	mu      sync.Mutex
 	modules map[moduleKey]*moduleEntry
@@ -112,7 +112,7 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("compilation cache %s: %w", e.dir, err)
 		}
 		e.cache = c
-		e.icache = newInstrumentedCache(e.dir)
+		e.loads = newLoadCache(e.dir)
 	}
 	return e, nil
 }
@@ -137,7 +137,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	for _, m := range mods {
 		<-m.ready
 		if m.mod != nil {
-			_ = m.mod.wm.Close(ctx)
+			m.mod.close(ctx)
 		}
 	}
 	return e.cache.Close(ctx)
@@ -226,75 +226,164 @@ func (e *Engine) release(key moduleKey, ent *moduleEntry) {
 	}
 	e.mu.Unlock()
 	if last && ent.mod != nil {
-		_ = ent.mod.wm.Close(context.Background())
+		ent.mod.close(context.Background())
 	}
 }
 
 func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, exports []wasmbin.Export) (*Module, error) {
 	logger := e.logger.With("module", key.digest[:19])
-	consoleLog := func(msg string) { logger.Info("guest console", "message", msg) }
-	stdout := &lineLogger{logger: logger, stream: "stdout"}
-	stderr := &lineLogger{logger: logger, stream: "stderr"}
+	newModule := func(wm wapc.Module, interrupt string, cache wazero.CompilationCache) *Module {
+		return &Module{
+			wm:        wm.(*wapcwazero.Module),
+			cache:     cache,
+			digest:    key.digest,
+			memCap:    key.memCap,
+			exports:   exports,
+			interrupt: interrupt,
+		}
+	}
+	if !e.instrument {
+		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
+		if err != nil {
+			return nil, err
+		}
+		return newModule(wm, "", nil), nil
+	}
+
+	// An instrumented module has its own compilation cache directory in the
+	// load cache, and a stub there once it was loaded before: a warm load
+	// compiles the stub from the cache only (see RATIONALE.md).
+	var dir string
+	var mcache wazero.CompilationCache
+	if e.loads.enabled() {
+		var err error
+		if dir, err = e.loads.moduleDir(key.digest); err == nil {
+			if err = os.MkdirAll(dir, 0o700); err == nil {
+				mcache, err = wazero.NewCompilationCacheWithDir(dir)
+			}
+		}
+		if err != nil {
+			logger.Warn("load cache unusable; compiling without it", "dir", dir, "error", err)
+			mcache = nil
+		}
+	}
+	if mcache != nil {
+		stub, err := getStub(dir)
+		if err == nil {
+			wm, err := e.newWapcModule(cacheOnlyContext(ctx), stub, mcache, wasmbin.InterruptGlobal, logger)
+			if err == nil {
+				e.stubHits.Add(1)
+				return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
+			}
+			logger.Info("the cached stub has no compiled code in the cache; compiling the module", "dir", dir, "error", err)
+			removeStub(dir)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			logger.Warn("load cache entry unusable; compiling the module", "error", err)
+			removeStub(dir)
+		}
+	}
 
 	// Bound the guest by an interrupt check compiled into the module when the
 	// module can be instrumented; otherwise by wazero's close-on-context-done.
-	code, interrupt := wasm, ""
-	if e.instrument {
-		if out, err := e.instrumentModule(wasm, key.digest, logger); err != nil {
-			logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
-		} else {
-			code, interrupt = out, wasmbin.InterruptGlobal
+	e.instrumented.Add(1)
+	code, _, err := wasmbin.Instrument(wasm)
+	if err != nil {
+		logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
+		if mcache != nil {
+			_ = mcache.Close(ctx)
+		}
+		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
+		if err != nil {
+			return nil, err
+		}
+		return newModule(wm, "", nil), nil
+	}
+	cache := e.cache
+	if mcache != nil {
+		cache = mcache
+	}
+	wm, err := e.newWapcModule(e.compileContext(ctx), code, cache, wasmbin.InterruptGlobal, logger)
+	if err != nil {
+		if mcache != nil {
+			_ = mcache.Close(ctx)
+		}
+		return nil, err
+	}
+	if mcache != nil {
+		if err := e.storeStub(ctx, dir, code, logger); err != nil {
+			logger.Warn("cannot store the module in the load cache; the next load compiles it again", "dir", dir, "error", err)
 		}
 	}
+	return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
+}
+
+// compileContext makes a cache miss compile the functions on e.workers
+// goroutines (wazero reads the setting from the context of CompileModule).
+func (e *Engine) compileContext(ctx context.Context) context.Context {
+	return experimental.WithCompilationWorkers(ctx, e.workers)
+}
+
+// cacheOnlyContext makes CompileModule succeed only from the compilation
+// cache: wazero's cache lookup ignores the context, while its parallel
+// compiler (two workers or more) stops with the context's error before it
+// compiles or caches anything. A stub must never be compiled for real:
+// its functions only trap.
+func cacheOnlyContext(ctx context.Context) context.Context {
+	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
+	return experimental.WithCompilationWorkers(c, 2)
+}
+
+// storeStub leaves what the next load of an instrumented module needs in its
+// load-cache directory dir, whose wazero cache now holds the compiled code:
+// the compiled code under the stub's cache key too, then the stub. The
+// stub's key is learnt by compiling the stub (cheap: every body is one
+// instruction) into a throwaway cache.
+func (e *Engine) storeStub(ctx context.Context, dir string, code []byte, logger *slog.Logger) error {
+	stub, err := wasmbin.Stub(code)
+	if err != nil {
+		return err
+	}
+	probeDir, err := os.MkdirTemp(dir, ".probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(probeDir)
+	probe, err := wazero.NewCompilationCacheWithDir(probeDir)
+	if err != nil {
+		return err
+	}
+	defer probe.Close(ctx)
+	wm, err := e.newWapcModule(e.compileContext(ctx), stub, probe, wasmbin.InterruptGlobal, logger)
+	if err != nil {
+		return fmt.Errorf("compiling the stub: %w", err)
+	}
+	_ = wm.Close(ctx)
+	entry, err := onlyCacheEntry(probeDir)
+	if err != nil {
+		return err
+	}
+	if err := linkCompiled(dir, entry); err != nil {
+		return err
+	}
+	return putStub(dir, stub)
+}
+
+// newWapcModule compiles a module through wapc-go on a runtime using cache.
+func (e *Engine) newWapcModule(ctx context.Context, code []byte, cache wazero.CompilationCache, interrupt string, logger *slog.Logger) (wapc.Module, error) {
+	consoleLog := func(msg string) { logger.Info("guest console", "message", msg) }
 	wapcEngine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
-		return e.newRuntime(ctx, interrupt)
+		return e.newRuntime(ctx, cache, interrupt)
 	})
-	// A cache miss compiles the functions on e.workers goroutines (wazero
-	// reads the setting from the context of CompileModule).
-	ctx = experimental.WithCompilationWorkers(ctx, e.workers)
 	wm, err := wapcEngine.New(ctx, dispatchHostCall, code, &wapc.ModuleConfig{
 		Logger: consoleLog,
-		Stdout: stdout,
-		Stderr: stderr,
+		Stdout: &lineLogger{logger: logger, stream: "stdout"},
+		Stderr: &lineLogger{logger: logger, stream: "stderr"},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
 	}
-	m := &Module{
-		wm:        wm.(*wapcwazero.Module),
-		digest:    key.digest,
-		memCap:    key.memCap,
-		exports:   exports,
-		interrupt: interrupt,
-	}
-	return m, nil
-}
-
-// instrumentModule returns the module rewritten by wasmbin.Instrument: from
-// the on-disk cache when an earlier load left it there, else instrumented now
-// and stored. Any cache trouble only costs instrumenting again.
-func (e *Engine) instrumentModule(wasm []byte, digest string, logger *slog.Logger) ([]byte, error) {
-	out, err := e.icache.get(digest)
-	if err == nil {
-		e.icacheHits.Add(1)
-		return out, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		logger.Warn("instrumented-module cache entry unusable; instrumenting again", "error", err)
-		e.icache.remove(digest)
-	}
-	e.instrumented.Add(1)
-	out, name, err := wasmbin.Instrument(wasm)
-	if err != nil {
-		return nil, err
-	}
-	if name != wasmbin.InterruptGlobal {
-		return nil, fmt.Errorf("wasmbin.Instrument exported %q, want %q", name, wasmbin.InterruptGlobal)
-	}
-	if err := e.icache.put(digest, out); err != nil {
-		logger.Warn("cannot store the instrumented module in the cache", "dir", e.icache.dir, "error", err)
-	}
-	return out, nil
+	return wm, nil
 }
 
 // checkDigest validates a caller-provided ModuleConfig.Digest.
@@ -312,9 +401,12 @@ func checkDigest(d string) error {
 // reactors. interrupt is the exported global of a module instrumented by
 // wasmbin.Instrument, set when a call's context is done; when it is empty the
 // runtime closes modules when their context is done instead.
-func (e *Engine) newRuntime(ctx context.Context, interrupt string) (wazero.Runtime, error) {
+func (e *Engine) newRuntime(ctx context.Context, cache wazero.CompilationCache, interrupt string) (wazero.Runtime, error) {
+	// The host modules are instantiated whatever the context of the compile
+	// (cacheOnlyContext is cancelled).
+	ctx = context.WithoutCancel(ctx)
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithCompilationCache(e.cache).
+		WithCompilationCache(cache).
 		WithCloseOnContextDone(interrupt == "")
 	r := wazero.NewRuntimeWithConfig(ctx, rc)
 
