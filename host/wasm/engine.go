@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -267,12 +268,14 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 			mcache = nil
 		}
 	}
+	start := time.Now()
 	if mcache != nil {
 		stub, err := getStub(dir)
 		if err == nil {
 			wm, err := e.newWapcModule(cacheOnlyContext(ctx), stub, mcache, wasmbin.InterruptGlobal, logger)
 			if err == nil {
 				e.stubHits.Add(1)
+				logger.Debug("module started from its stub in the load cache", "took", time.Since(start))
 				return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
 			}
 			logger.Info("the cached stub has no compiled code in the cache; compiling the module", "dir", dir, "error", err)
@@ -309,11 +312,13 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		}
 		return nil, err
 	}
+	compiled := time.Now()
 	if mcache != nil {
 		if err := e.storeStub(ctx, dir, code, logger); err != nil {
 			logger.Warn("cannot store the module in the load cache; the next load compiles it again", "dir", dir, "error", err)
 		}
 	}
+	logger.Debug("module instrumented and compiled", "took", compiled.Sub(start), "cache_entry_took", time.Since(compiled))
 	return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
 }
 
