@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 )
@@ -39,6 +40,9 @@ const stubMagic = "tgstub\x00\x01"
 const stubHeaderLen = len(stubMagic) + 4 + 8
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// linkSeq numbers the temporary names of linkCompiled.
+var linkSeq atomic.Uint64
 
 type loadCache struct {
 	root string // "" when the cache is disabled
@@ -186,8 +190,8 @@ func linkCompiled(dir, stubEntry string) error {
 		return fmt.Errorf("%s holds %d compiled modules besides the stub's, want 1", sub, len(real))
 	}
 	src, dst := filepath.Join(sub, real[0]), filepath.Join(sub, stubKey)
-	tmp := filepath.Join(sub, ".tmp-link-"+stubKey)
-	_ = os.Remove(tmp)
+	// A name of its own: another load of the same module may be here too.
+	tmp := filepath.Join(sub, fmt.Sprintf(".tmp-link-%d-%d", os.Getpid(), linkSeq.Add(1)))
 	if err := os.Link(src, tmp); err != nil {
 		// No hard links on this file system: copy.
 		if err := copyFile(src, tmp); err != nil {

@@ -362,3 +362,46 @@ func TestModuleConfigDigest(t *testing.T) {
 		t.Fatalf("a given digest and a computed one did not share the module (%d modules)", e.Modules())
 	}
 }
+
+// TestLoadCacheConcurrentLoads loads one module cold from several engines at
+// once (as several processes sharing a cache directory would): every load
+// works and the entry they leave is complete.
+func TestLoadCacheConcurrentLoads(t *testing.T) {
+	mod := testfixture.Module(t, "examples/required-labels")
+	dir := t.TempDir()
+	ctx := context.Background()
+	errs := make(chan error, 4)
+	for i := 0; i < cap(errs); i++ {
+		go func() {
+			e, err := NewEngine(ctx, Config{CacheDir: dir})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer e.Close(ctx)
+			m, err := e.Compile(ctx, mod, ModuleConfig{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer m.Release()
+			p, err := m.NewPool(ctx, 1)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer p.Close(ctx)
+			_, err = p.Call(ctx, 10*time.Second, "validate_settings", []byte(`{}`))
+			errs <- err
+		}()
+	}
+	for i := 0; i < cap(errs); i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantLoadCache(t, dir, mod)
+	if n, hits := compileAndCall(t, Config{CacheDir: dir}, mod, ModuleConfig{}); n != 0 || hits != 1 {
+		t.Fatalf("after concurrent cold loads: %d instrumentations, %d stub loads; want 0, 1", n, hits)
+	}
+}
