@@ -37,9 +37,10 @@ const DefaultMaxResponseBytes = 16 << 20
 
 // HostOptions configure a Host.
 type HostOptions struct {
-	// CacheDir is the compilation cache directory ("" = user cache dir).
+	// CacheDir is the directory of compiled modules: wazero's compilation
+	// cache and host/wasm's load cache ("" = user cache dir).
 	CacheDir string
-	// DisableCache turns the on-disk compilation cache off.
+	// DisableCache turns both on-disk caches off.
 	DisableCache bool
 	// Logger receives policy logs (with the policy id) and guest output.
 	Logger *slog.Logger
