@@ -278,7 +278,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 				logger.Debug("module started from its stub in the load cache", "took", time.Since(start))
 				return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
 			}
-			logger.Info("the cached stub has no compiled code in the cache; compiling the module", "dir", dir, "error", err)
+			logger.Info("starting the module from its cached stub failed; compiling it", "dir", dir, "error", err)
 			removeStub(dir)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			logger.Warn("load cache entry unusable; compiling the module", "error", err)
@@ -294,6 +294,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
 		if mcache != nil {
 			_ = mcache.Close(ctx)
+			_ = os.Remove(dir) // empty: nothing is cached for such a module
 		}
 		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
 		if err != nil {
@@ -306,6 +307,19 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		cache = mcache
 	}
 	wm, err := e.newWapcModule(e.compileContext(ctx), code, cache, wasmbin.InterruptGlobal, logger)
+	if err != nil && mcache != nil {
+		// wazero fails a compile whose cache entry is damaged (checksum)
+		// rather than compiling again: start the module's directory afresh.
+		logger.Warn("compiling with the load cache failed; clearing the module's directory and compiling again", "dir", dir, "error", err)
+		_ = mcache.Close(ctx)
+		mcache, cache = nil, e.cache
+		if os.RemoveAll(dir) == nil && os.MkdirAll(dir, 0o700) == nil {
+			if c, cerr := wazero.NewCompilationCacheWithDir(dir); cerr == nil {
+				mcache, cache = c, c
+			}
+		}
+		wm, err = e.newWapcModule(e.compileContext(ctx), code, cache, wasmbin.InterruptGlobal, logger)
+	}
 	if err != nil {
 		if mcache != nil {
 			_ = mcache.Close(ctx)

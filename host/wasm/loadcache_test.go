@@ -219,6 +219,25 @@ func TestLoadCacheDamaged(t *testing.T) {
 			}
 			return nil
 		}},
+		// wazero refuses a cache entry whose checksum fails, for the stub
+		// and for the module (the same file, hard-linked).
+		{"compiled code damaged", func() error {
+			entries := compiledEntries(t, mdir)
+			if len(entries) == 0 {
+				return errors.New("no compiled entries")
+			}
+			b, err := os.ReadFile(entries[0])
+			if err != nil {
+				return err
+			}
+			b[len(b)/2] ^= 0xff
+			for _, e := range entries {
+				if err := os.WriteFile(e, b, 0o600); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 		{"stub key removed", func() error {
 			entries := compiledEntries(t, mdir)
 			stubEntry, err := onlyCacheEntryOfStub(t, mdir)
