@@ -41,6 +41,10 @@ func newAuthorizer(r *RBAC) authorizer.Authorizer {
 	return union.New(privilegedGroups{user.SystemPrivilegedGroup}, second)
 }
 
+// Authorizer is the authorizer the policy's CEL checks ask (test/rbacdiff
+// compares it with Kubernetes' own).
+func (e *Engine) Authorizer() authorizer.Authorizer { return e.authorizer }
+
 // privilegedGroups is the apiserver's privileged-group authorizer
 // (authorizerfactory.NewPrivilegedGroups, not imported: its package links
 // the webhook authorizer and its HTTP client into the module).

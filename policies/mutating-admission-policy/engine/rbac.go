@@ -111,7 +111,8 @@ func decodeRBAC(data json.RawMessage) (*RBAC, error) {
 				sel := &ar.ClusterRoleSelectors[j]
 				e = append(e, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, sp.Index(j))...)
 				if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
-					e = append(e, field.Invalid(sp.Index(j), sel, "invalid label selector."))
+					// The apiserver reports the (nil) result of the conversion: "Invalid value: null".
+					e = append(e, field.Invalid(sp.Index(j), nil, "invalid label selector."))
 				}
 			}
 		}
