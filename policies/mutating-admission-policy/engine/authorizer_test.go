@@ -436,3 +436,29 @@ rbac:
 		t.Errorf("type meta %+v", rb.TypeMeta)
 	}
 }
+
+// BenchmarkAuthorizer is one check against the fixture: an allowed
+// RoleBinding check (after all ClusterRoleBindings) and a check nothing allows.
+func BenchmarkAuthorizer(b *testing.B) {
+	s, err := Decode([]byte(policyWith(setReplicas5) + rbacFixture))
+	if err != nil {
+		b.Fatal(err)
+	}
+	authz := newAuthorizer(s.RBAC)
+	for _, c := range []struct {
+		name  string
+		attrs authorizer.Attributes
+	}{
+		{"allowed", res(userInfo("dave", "team-a-devs", "system:authenticated"), "list", "", "pods", "team-a", "")},
+		{"no opinion", res(userInfo("mallory", "system:authenticated"), "delete", "", "secrets", "team-a", "s")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, _, err := authz.Authorize(context.Background(), c.attrs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
