@@ -11,7 +11,7 @@ export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 .PHONY: all build demo-modules bench-server policies test test-modules bench check tools clean demo map-tinygo-probe
 
 # Go modules besides the root one (each policy and the SDK is its own module).
-SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod))
+SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
 GOTEST_FLAGS ?= -timeout 40m
 
 all: build

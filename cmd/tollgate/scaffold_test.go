@@ -98,6 +98,47 @@ func TestScaffoldMAPClusterAdmissionPolicy(t *testing.T) {
 	}
 }
 
+func TestScaffoldMAPRBAC(t *testing.T) {
+	out, err := scaffold(t, "map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "-o", "settings",
+		"--rbac", filepath.Join(scaffoldDir, "rbac.yaml"), "--rbac", filepath.Join(scaffoldDir, "roles.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var settings struct {
+		RBAC map[string][]struct {
+			APIVersion string         `json:"apiVersion"`
+			Kind       string         `json:"kind"`
+			Metadata   map[string]any `json:"metadata"`
+		} `json:"rbac"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &settings); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := map[string][]string{ // list -> kind/name of its objects, in file order
+		"clusterRoles":        {"ClusterRole/sidecar-injector"},
+		"clusterRoleBindings": {"ClusterRoleBinding/mesh-admins"},
+		"roleBindings":        {"RoleBinding/ci"},
+		"roles":               {"Role/reader"},
+	}
+	if len(settings.RBAC) != len(want) {
+		t.Fatalf("rbac lists %v, want %v\n%s", settings.RBAC, want, out)
+	}
+	for list, objs := range want {
+		got := settings.RBAC[list]
+		if len(got) != len(objs) {
+			t.Fatalf("%s: %d objects, want %v", list, len(got), objs)
+		}
+		for i, o := range objs {
+			if g := got[i].Kind + "/" + got[i].Metadata["name"].(string); g != o || got[i].APIVersion != "rbac.authorization.k8s.io/v1" {
+				t.Errorf("%s[%d] = %s %s, want %s", list, i, got[i].APIVersion, g, o)
+			}
+			if _, ok := got[i].Metadata["resourceVersion"]; ok {
+				t.Errorf("%s[%d]: resourceVersion kept", list, i)
+			}
+		}
+	}
+}
+
 func TestScaffoldMAPErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -118,6 +159,8 @@ func TestScaffoldMAPErrors(t *testing.T) {
 		{"binding only", []string{"map", "-p", write("b.yaml", "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: x}\n")}, "no MutatingAdmissionPolicy"},
 		{"binding for another policy", []string{"map", "-p", write("p.yaml", "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\nmetadata: {name: p}\nspec: {}\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: q}\n")}, `binds policy "q", not "p"`},
 		{"bad output", []string{"map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "-o", "json"}, "unknown output format"},
+		{"rbac: not an RBAC kind", []string{"map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "--rbac", filepath.Join(scaffoldDir, "params.yaml")}, `params.yaml: document 1: items[0]: kind "ConfigMap" apiVersion "v1" is not a Role, ClusterRole, RoleBinding or ClusterRoleBinding of rbac.authorization.k8s.io/v1`},
+		{"rbac: old version in a list", []string{"map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "--rbac", write("old.yaml", "kind: List\napiVersion: v1\nitems:\n- {apiVersion: rbac.authorization.k8s.io/v1beta1, kind: Role, metadata: {name: r}}\n")}, `old.yaml: document 1: items[0]: kind "Role" apiVersion "rbac.authorization.k8s.io/v1beta1" is not`},
 		{"binding twice", []string{"map", "-p", filepath.Join(scaffoldDir, "policy.yaml"), "-b", filepath.Join(scaffoldDir, "policy.yaml")}, "already holds a binding"},
 	}
 	for _, c := range cases {
@@ -192,5 +235,36 @@ func TestRunBuiltinMAP(t *testing.T) {
 	}
 	if p := patchOf(out); !strings.Contains(p, `"image":"mesh/proxy:v1.0.0"`) {
 		t.Fatalf("patch %s", p)
+	}
+}
+
+// TestRunBuiltinMAPAuthorizer runs the documented authorizer example through
+// the embedded module: the sidecar is injected unless the requester may
+// bypass the mesh (RBAC from settings.rbac).
+func TestRunBuiltinMAPAuthorizer(t *testing.T) {
+	testdata := testfixture.Path("policies/mutating-admission-policy/testdata")
+	settings := filepath.Join(testdata, "authz-settings.yml")
+	for _, c := range []struct {
+		request string
+		patched bool
+	}{
+		{"pod-by-developer.json", true},
+		{"pod-by-mesh-operator.json", false},
+	} {
+		out, err := tollgate(t, "", "run", "builtin://mutating-admission-policy", "-r", filepath.Join(testdata, c.request), "-s", settings, "--timeout", "20s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp struct {
+			Allowed bool   `json:"allowed"`
+			Patch   string `json:"patch"`
+		}
+		if err := json.Unmarshal([]byte(out), &resp); err != nil || !resp.Allowed {
+			t.Fatalf("%s: response %q: %v", c.request, out, err)
+		}
+		p, _ := base64.StdEncoding.DecodeString(resp.Patch)
+		if got := strings.Contains(string(p), `"name":"mesh-proxy"`); got != c.patched {
+			t.Errorf("%s: patched %v, want %v: %s", c.request, got, c.patched, p)
+		}
 	}
 }

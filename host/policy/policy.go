@@ -37,9 +37,10 @@ const DefaultMaxResponseBytes = 16 << 20
 
 // HostOptions configure a Host.
 type HostOptions struct {
-	// CacheDir is the compilation cache directory ("" = user cache dir).
+	// CacheDir is the directory of compiled modules: wazero's compilation
+	// cache and host/wasm's load cache ("" = user cache dir).
 	CacheDir string
-	// DisableCache turns the on-disk compilation cache off.
+	// DisableCache turns both on-disk caches off.
 	DisableCache bool
 	// Logger receives policy logs (with the policy id) and guest output.
 	Logger *slog.Logger
@@ -106,6 +107,10 @@ type Spec struct {
 	ID string
 	// Module is the Wasm module.
 	Module []byte
+	// Digest is the sha256 digest of Module ("sha256:<hex>") when the caller
+	// has computed it already; empty makes Load compute it. It is trusted: a
+	// wrong value runs whatever the host compiled or cached under that digest.
+	Digest string
 	// Settings is the policy's settings as JSON (null, empty and {} are all {}).
 	Settings json.RawMessage
 	// Timeout bounds one evaluation (DefaultTimeout when zero).
@@ -149,7 +154,7 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}
-	mod, err := h.engine.Compile(ctx, s.Module, wasm.ModuleConfig{MemoryLimitBytes: s.MemoryLimitBytes})
+	mod, err := h.engine.Compile(ctx, s.Module, wasm.ModuleConfig{MemoryLimitBytes: s.MemoryLimitBytes, Digest: s.Digest})
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}

@@ -258,7 +258,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 				}
 			}
 			ev, err := l.Load(ctx, policy.Spec{
-				ID: u.id, Module: f.wasm, Settings: u.settings, Timeout: timeout,
+				ID: u.id, Module: f.wasm, Digest: f.digest, Settings: u.settings, Timeout: timeout,
 				MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
 			})
 			smu.Lock()

@@ -1,7 +1,8 @@
 // Package wasm runs waPC guest modules on wazero (compiler engine) through
-// wapc-go: it compiles modules (with wazero's on-disk compilation cache), keeps
-// pools of instances, and bounds every call with a deadline and a linear-memory
-// cap. The deadline is enforced by an interrupt check compiled into each
+// wapc-go: it compiles modules (with wazero's on-disk compilation cache, and a
+// load cache that starts an instrumented module from a stub of it, see
+// loadcache.go), keeps pools of instances, and bounds every call with a
+// deadline and a linear-memory cap. The deadline is enforced by an interrupt check compiled into each
 // module (wasmbin.Instrument), and by wazero's close-on-context-done for a
 // module that cannot be instrumented.
 //

@@ -7,13 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 	"github.com/wapc/wapc-go"
@@ -25,10 +31,12 @@ import (
 // Config configures an Engine. The zero value is usable: compilation cache in
 // the user cache directory, logs discarded.
 type Config struct {
-	// CacheDir is where wazero keeps compiled machine code across restarts.
-	// Empty means DefaultCacheDir().
+	// CacheDir is where wazero keeps compiled machine code across restarts,
+	// and where the engine keeps the modules it instrumented
+	// (tollgate-instrumented-v<N>/). Empty means DefaultCacheDir().
 	CacheDir string
-	// DisableCache turns the on-disk compilation cache off (an in-memory one is used).
+	// DisableCache turns both on-disk caches off (an in-memory compilation
+	// cache is used, and every module is instrumented at every load).
 	DisableCache bool
 	// Logger receives guest console output. Nil discards it.
 	Logger *slog.Logger
@@ -37,6 +45,11 @@ type Config struct {
 	// and call) instead of an interrupt check compiled into the module. It is
 	// the mechanism used anyway for a module wasmbin.Instrument refuses.
 	DisableInstrumentation bool
+	// CompilationWorkers is how many goroutines compile one module's
+	// functions when it is not in the compilation cache. Zero means
+	// GOMAXPROCS; 1 compiles on the calling goroutine only (less memory at
+	// the peak of a compile).
+	CompilationWorkers int
 }
 
 // DefaultCacheDir is the compilation cache used when Config.CacheDir is empty:
@@ -56,6 +69,11 @@ type Engine struct {
 	logger     *slog.Logger
 	dir        string
 	instrument bool
+	workers    int
+	loads      loadCache
+	// instrumented and stubHits count wasmbin.Instrument runs and modules
+	// started from a stub in the load cache (for tests).
+	instrumented, stubHits atomic.Int64
 
 	mu      sync.Mutex
 	modules map[moduleKey]*moduleEntry
@@ -76,7 +94,10 @@ type moduleEntry struct {
 
 // NewEngine creates an Engine.
 func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
-	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}, instrument: !cfg.DisableInstrumentation}
+	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}, instrument: !cfg.DisableInstrumentation, workers: cfg.CompilationWorkers}
+	if e.workers <= 0 {
+		e.workers = runtime.GOMAXPROCS(0)
+	}
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
 	}
@@ -92,6 +113,7 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("compilation cache %s: %w", e.dir, err)
 		}
 		e.cache = c
+		e.loads = newLoadCache(e.dir)
 	}
 	return e, nil
 }
@@ -116,7 +138,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	for _, m := range mods {
 		<-m.ready
 		if m.mod != nil {
-			_ = m.mod.wm.Close(ctx)
+			m.mod.close(ctx)
 		}
 	}
 	return e.cache.Close(ctx)
@@ -132,6 +154,10 @@ func Digest(wasm []byte) string {
 type ModuleConfig struct {
 	// MemoryLimitBytes caps each instance's linear memory. Zero means DefaultMemoryLimit.
 	MemoryLimitBytes uint64
+	// Digest is Digest(wasm) when the caller has computed it already (it
+	// saves hashing the module again). It is trusted: a wrong value makes the
+	// engine run whatever it compiled or cached under that digest.
+	Digest string
 }
 
 // DefaultMemoryLimit is the linear-memory cap per instance when none is set.
@@ -153,7 +179,13 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = DefaultMemoryLimit
 	}
-	key := moduleKey{digest: Digest(wasm), memCap: cfg.MemoryLimitBytes}
+	digest := cfg.Digest
+	if digest == "" {
+		digest = Digest(wasm)
+	} else if err := checkDigest(digest); err != nil {
+		return nil, err
+	}
+	key := moduleKey{digest: digest, memCap: cfg.MemoryLimitBytes}
 
 	e.mu.Lock()
 	if e.closed {
@@ -195,46 +227,191 @@ func (e *Engine) release(key moduleKey, ent *moduleEntry) {
 	}
 	e.mu.Unlock()
 	if last && ent.mod != nil {
-		_ = ent.mod.wm.Close(context.Background())
+		ent.mod.close(context.Background())
 	}
 }
 
 func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, exports []wasmbin.Export) (*Module, error) {
 	logger := e.logger.With("module", key.digest[:19])
-	consoleLog := func(msg string) { logger.Info("guest console", "message", msg) }
-	stdout := &lineLogger{logger: logger, stream: "stdout"}
-	stderr := &lineLogger{logger: logger, stream: "stderr"}
+	newModule := func(wm wapc.Module, interrupt string, cache wazero.CompilationCache) *Module {
+		return &Module{
+			wm:        wm.(*wapcwazero.Module),
+			cache:     cache,
+			digest:    key.digest,
+			memCap:    key.memCap,
+			exports:   exports,
+			interrupt: interrupt,
+		}
+	}
+	if !e.instrument {
+		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
+		if err != nil {
+			return nil, err
+		}
+		return newModule(wm, "", nil), nil
+	}
+
+	// An instrumented module has its own compilation cache directory in the
+	// load cache, and a stub there once it was loaded before: a warm load
+	// compiles the stub from the cache only (see RATIONALE.md).
+	var dir string
+	var mcache wazero.CompilationCache
+	if e.loads.enabled() {
+		var err error
+		if dir, err = e.loads.moduleDir(key.digest); err == nil {
+			if err = os.MkdirAll(dir, 0o700); err == nil {
+				mcache, err = wazero.NewCompilationCacheWithDir(dir)
+			}
+		}
+		if err != nil {
+			logger.Warn("load cache unusable; compiling without it", "dir", dir, "error", err)
+			mcache = nil
+		}
+	}
+	start := time.Now()
+	if mcache != nil {
+		stub, err := getStub(dir)
+		if err == nil {
+			wm, err := e.newWapcModule(cacheOnlyContext(ctx), stub, mcache, wasmbin.InterruptGlobal, logger)
+			if err == nil {
+				e.stubHits.Add(1)
+				logger.Debug("module started from its stub in the load cache", "took", time.Since(start))
+				return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
+			}
+			logger.Info("starting the module from its cached stub failed; compiling it", "dir", dir, "error", err)
+			removeStub(dir)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			logger.Warn("load cache entry unusable; compiling the module", "error", err)
+			removeStub(dir)
+		}
+	}
 
 	// Bound the guest by an interrupt check compiled into the module when the
 	// module can be instrumented; otherwise by wazero's close-on-context-done.
-	code, interrupt := wasm, ""
-	if e.instrument {
-		out, name, err := wasmbin.Instrument(wasm)
+	e.instrumented.Add(1)
+	code, _, err := wasmbin.Instrument(wasm)
+	if err != nil {
+		logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
+		if mcache != nil {
+			_ = mcache.Close(ctx)
+			_ = os.Remove(dir) // empty: nothing is cached for such a module
+		}
+		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
 		if err != nil {
-			logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
-		} else {
-			code, interrupt = out, name
+			return nil, err
+		}
+		return newModule(wm, "", nil), nil
+	}
+	cache := e.cache
+	if mcache != nil {
+		cache = mcache
+	}
+	wm, err := e.newWapcModule(e.compileContext(ctx), code, cache, wasmbin.InterruptGlobal, logger)
+	if err != nil && mcache != nil {
+		// wazero fails a compile whose cache entry is damaged (checksum)
+		// rather than compiling again: start the module's directory afresh.
+		logger.Warn("compiling with the load cache failed; clearing the module's directory and compiling again", "dir", dir, "error", err)
+		_ = mcache.Close(ctx)
+		mcache, cache = nil, e.cache
+		if os.RemoveAll(dir) == nil && os.MkdirAll(dir, 0o700) == nil {
+			if c, cerr := wazero.NewCompilationCacheWithDir(dir); cerr == nil {
+				mcache, cache = c, c
+			}
+		}
+		wm, err = e.newWapcModule(e.compileContext(ctx), code, cache, wasmbin.InterruptGlobal, logger)
+	}
+	if err != nil {
+		if mcache != nil {
+			_ = mcache.Close(ctx)
+		}
+		return nil, err
+	}
+	compiled := time.Now()
+	if mcache != nil {
+		if err := e.storeStub(ctx, dir, code, logger); err != nil {
+			logger.Warn("cannot store the module in the load cache; the next load compiles it again", "dir", dir, "error", err)
 		}
 	}
+	logger.Debug("module instrumented and compiled", "took", compiled.Sub(start), "cache_entry_took", time.Since(compiled))
+	return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
+}
+
+// compileContext makes a cache miss compile the functions on e.workers
+// goroutines (wazero reads the setting from the context of CompileModule).
+func (e *Engine) compileContext(ctx context.Context) context.Context {
+	return experimental.WithCompilationWorkers(ctx, e.workers)
+}
+
+// cacheOnlyContext makes CompileModule succeed only from the compilation
+// cache: wazero's cache lookup ignores the context, while its parallel
+// compiler (two workers or more) stops with the context's error before it
+// compiles or caches anything. A stub must never be compiled for real:
+// its functions only trap.
+func cacheOnlyContext(ctx context.Context) context.Context {
+	c, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cancel()
+	return experimental.WithCompilationWorkers(c, 2)
+}
+
+// storeStub leaves what the next load of an instrumented module needs in its
+// load-cache directory dir, whose wazero cache now holds the compiled code:
+// the compiled code under the stub's cache key too, then the stub. The
+// stub's key is learnt by compiling the stub (cheap: every body is one
+// instruction) into a throwaway cache.
+func (e *Engine) storeStub(ctx context.Context, dir string, code []byte, logger *slog.Logger) error {
+	stub, err := wasmbin.Stub(code)
+	if err != nil {
+		return err
+	}
+	probeDir, err := os.MkdirTemp(dir, ".probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(probeDir)
+	probe, err := wazero.NewCompilationCacheWithDir(probeDir)
+	if err != nil {
+		return err
+	}
+	defer probe.Close(ctx)
+	wm, err := e.newWapcModule(e.compileContext(ctx), stub, probe, wasmbin.InterruptGlobal, logger)
+	if err != nil {
+		return fmt.Errorf("compiling the stub: %w", err)
+	}
+	_ = wm.Close(ctx)
+	entry, err := onlyCacheEntry(probeDir)
+	if err != nil {
+		return err
+	}
+	if err := linkCompiled(dir, entry); err != nil {
+		return err
+	}
+	return putStub(dir, stub)
+}
+
+// newWapcModule compiles a module through wapc-go on a runtime using cache.
+func (e *Engine) newWapcModule(ctx context.Context, code []byte, cache wazero.CompilationCache, interrupt string, logger *slog.Logger) (wapc.Module, error) {
+	consoleLog := func(msg string) { logger.Info("guest console", "message", msg) }
 	wapcEngine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
-		return e.newRuntime(ctx, interrupt)
+		return e.newRuntime(ctx, cache, interrupt)
 	})
 	wm, err := wapcEngine.New(ctx, dispatchHostCall, code, &wapc.ModuleConfig{
 		Logger: consoleLog,
-		Stdout: stdout,
-		Stderr: stderr,
+		Stdout: &lineLogger{logger: logger, stream: "stdout"},
+		Stderr: &lineLogger{logger: logger, stream: "stderr"},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
 	}
-	m := &Module{
-		wm:        wm.(*wapcwazero.Module),
-		digest:    key.digest,
-		memCap:    key.memCap,
-		exports:   exports,
-		interrupt: interrupt,
+	return wm, nil
+}
+
+// checkDigest validates a caller-provided ModuleConfig.Digest.
+func checkDigest(d string) error {
+	h, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+		return fmt.Errorf("module digest %q: want sha256:<64 lower-case hex digits>", d)
 	}
-	return m, nil
+	return nil
 }
 
 // newRuntime is the wapc-go runtime factory: a compiler runtime sharing the
@@ -243,9 +420,12 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 // reactors. interrupt is the exported global of a module instrumented by
 // wasmbin.Instrument, set when a call's context is done; when it is empty the
 // runtime closes modules when their context is done instead.
-func (e *Engine) newRuntime(ctx context.Context, interrupt string) (wazero.Runtime, error) {
+func (e *Engine) newRuntime(ctx context.Context, cache wazero.CompilationCache, interrupt string) (wazero.Runtime, error) {
+	// The host modules are instantiated whatever the context of the compile
+	// (cacheOnlyContext is cancelled).
+	ctx = context.WithoutCancel(ctx)
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithCompilationCache(e.cache).
+		WithCompilationCache(cache).
 		WithCloseOnContextDone(interrupt == "")
 	r := wazero.NewRuntimeWithConfig(ctx, rc)
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 	"github.com/wapc/wapc-go"
@@ -18,7 +19,9 @@ import (
 
 // Module is a compiled waPC module, shared by every pool created from it.
 type Module struct {
-	wm      *wapcwazero.Module
+	wm *wapcwazero.Module
+	// cache is the module's own compilation cache (load cache), closed with it; nil when it uses the engine's.
+	cache   wazero.CompilationCache
 	digest  string
 	memCap  uint64
 	exports []wasmbin.Export
@@ -28,6 +31,13 @@ type Module struct {
 	interrupt string
 	release   func()
 	once      sync.Once
+}
+
+func (m *Module) close(ctx context.Context) {
+	_ = m.wm.Close(ctx)
+	if m.cache != nil {
+		_ = m.cache.Close(ctx)
+	}
 }
 
 // Digest is the module's sha256 digest ("sha256:<hex>").

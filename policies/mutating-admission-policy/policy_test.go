@@ -79,3 +79,31 @@ func TestValidate(t *testing.T) {
 		t.Fatal("bad payload accepted")
 	}
 }
+
+// TestValidateAuthorizer runs the documented authorizer example: the sidecar
+// is injected unless RBAC (settings.rbac) or system:masters lets the
+// requester bypass the mesh.
+func TestValidateAuthorizer(t *testing.T) {
+	settings := readJSON(t, "testdata/authz-settings.yml")
+	for _, c := range []struct {
+		request  string
+		injected bool
+	}{
+		{"testdata/pod-by-developer.json", true},
+		{"testdata/pod-by-mesh-operator.json", false}, // RoleBinding in default to the group mesh-operators
+		{"testdata/pod.json", false},                  // kubernetes-admin is in system:masters
+	} {
+		payload, _ := json.Marshal(protocol.ValidationRequest{Request: readJSON(t, c.request), Settings: settings})
+		out, err := guest.Invoke("validate", payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r protocol.ValidationResponse
+		if err := json.Unmarshal(out, &r); err != nil || !r.Accepted {
+			t.Fatalf("%s: %s %v", c.request, out, err)
+		}
+		if got := strings.Contains(string(r.MutatedObject), `"name":"mesh-proxy"`); got != c.injected {
+			t.Errorf("%s: sidecar injected %v, want %v (%s)", c.request, got, c.injected, r.MutatedObject)
+		}
+	}
+}

@@ -6,6 +6,9 @@ type dreq struct {
 	name, op, object, oldObject string
 	// expect is a substring of the (Kubernetes) outcome, to keep the case honest.
 	expect string
+	// user and groups make the request (default: alice, system:authenticated).
+	user   string
+	groups []string
 }
 
 type dcase struct {

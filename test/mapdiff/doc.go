@@ -9,6 +9,10 @@
 // with sorted keys, without null-valued keys and without the top-level
 // apiVersion and kind, which the apiserver's typed objects lose in conversions).
 //
+// Cases using CEL's authorizer (authz_test.go) give the reference a table
+// authorizer that allows exactly what the settings' RBAC objects allow; the
+// RBAC decisions themselves are compared with Kubernetes' in test/rbacdiff.
+//
 // The module is policies/mutating-admission-policy/policy.wasm, built by
 // `make policies`; the suite fails (it does not skip) when it is missing.
 package mapdiff

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-dev/tollgate/host/policy"
@@ -37,6 +38,7 @@ func loadModule(t testing.TB) []byte {
 // request is one admission request of a case.
 type request struct {
 	name, namespace, operation, username string
+	groups                               []string
 	kind                                 protocol.GroupVersionKind
 	resource                             protocol.GroupVersionResource
 	object, oldObject                    json.RawMessage
@@ -65,7 +67,7 @@ func newRequest(t testing.TB, op, object, oldObject string) *request {
 		}
 		return j
 	}
-	r := &request{operation: op, username: "alice", object: toJSON(object), oldObject: toJSON(oldObject)}
+	r := &request{operation: op, username: "alice", groups: []string{"system:authenticated"}, object: toJSON(object), oldObject: toJSON(oldObject)}
 	src := r.object
 	if src == nil {
 		src = r.oldObject
@@ -94,7 +96,7 @@ func (r *request) admissionRequest(t testing.TB) []byte {
 	b, err := json.Marshal(protocol.KubernetesAdmissionRequest{
 		UID: "00000000-0000-0000-0000-000000000001", Kind: r.kind, Resource: r.resource,
 		Name: r.name, Namespace: r.namespace, Operation: r.operation,
-		UserInfo: protocol.UserInfo{Username: r.username, Groups: []string{"system:authenticated"}},
+		UserInfo: protocol.UserInfo{Username: r.username, Groups: r.groups},
 		Object:   r.object, OldObject: r.oldObject,
 	})
 	if err != nil {
@@ -146,10 +148,17 @@ func TestDifferential(t *testing.T) {
 			var namespaces []string
 			for _, rq := range c.requests {
 				r := newRequest(t, rq.op, rq.object, rq.oldObject)
+				if rq.user != "" {
+					r.username, r.groups = rq.user, rq.groups
+				}
 				reqs = append(reqs, r)
 				namespaces = append(namespaces, r.namespace)
 			}
-			ref := newReference(t, c.settings, namespaces)
+			var authz []authorizer.Authorizer
+			if table, ok := caseAuthz[c.name]; ok {
+				authz = append(authz, table)
+			}
+			ref := newReference(t, c.settings, namespaces, authz...)
 			settings, err := yaml.YAMLToJSON([]byte(c.settings))
 			if err != nil {
 				t.Fatal(err)

@@ -277,7 +277,9 @@ func init() {
 	klog.SetOutput(io.Discard)
 }
 
-func newReference(t testing.TB, settingsYAML string, requestNamespaces []string) *reference {
+// newReference loads the settings into the plugin; authz, if given, replaces
+// the test context's authorizer (which allows everything).
+func newReference(t testing.TB, settingsYAML string, requestNamespaces []string, authz ...authorizer.Authorizer) *reference {
 	t.Helper()
 	s := decodeRefSettings(t, settingsYAML)
 	// Namespaces are added through the test context's REST mapper.
@@ -322,6 +324,9 @@ func newReference(t testing.TB, settingsYAML string, requestNamespaces []string)
 		mutating.NewMutatingAdmissionPolicyBindingAccessor,
 		compilePolicy,
 		func(a authorizer.Authorizer, m *matching.Matcher, _ kubernetes.Interface) generic.Dispatcher[mutating.PolicyHook] {
+			if len(authz) > 0 {
+				a = authz[0]
+			}
 			return mutating.NewDispatcher(a, m, referenceTypeConverters{})
 		},
 		initial,
@@ -383,7 +388,7 @@ func (r *reference) evaluate(t testing.TB, rq *request) outcome {
 		before, _ = json.Marshal(obj)
 	}
 	attrs := admission.NewAttributesRecord(obj, old, gvk, rq.namespace, rq.name, gvr, "", admission.Operation(rq.operation), nil, false,
-		&user.DefaultInfo{Name: rq.username, Groups: []string{"system:authenticated"}})
+		&user.DefaultInfo{Name: rq.username, Groups: rq.groups})
 	err := r.tc.Plugin.Dispatch(r.tc, attrs, admission.NewObjectInterfacesFromScheme(clientgoscheme.Scheme))
 	if err != nil {
 		var se *apierrors.StatusError

@@ -30,6 +30,12 @@ var sectionRank = map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 
 // instrumented module runs between two visits to the host (see Instrument).
 const CheckInterval = 10000
 
+// InstrumentVersion identifies what Instrument produces. Hosts cache its
+// output on disk under this version: change it whenever the output for a
+// given input changes (the check, CheckInterval, InterruptGlobal, which
+// sections are kept).
+const InstrumentVersion = 1
+
 // Instrument rewrites a module so that a host can interrupt it. It adds two
 // mutable i32 globals: the interrupt flag (initially 0), exported as
 // InterruptGlobal, and a countdown (initially CheckInterval). At the start of

@@ -49,7 +49,7 @@ binaryData: {b: AAEC}
 `,
 }
 
-func decodeFixture(t *testing.T, y string) runtime.Object {
+func decodeCanonicalFixture(t *testing.T, y string) runtime.Object {
 	t.Helper()
 	raw := mustJSON(t, y)
 	var hdr metav1.TypeMeta
@@ -71,7 +71,7 @@ func TestCanonicalMatchesTyped(t *testing.T) {
 	e := compile(t, sidecarJSONPatch)
 	for name, y := range canonicalFixtures {
 		t.Run(name, func(t *testing.T) {
-			obj := decodeFixture(t, y)
+			obj := decodeCanonicalFixture(t, y)
 			state := &fastState{}
 			w := wrapTyped(obj, state)
 			c, ok := w.(*canonicalObject)
@@ -171,7 +171,7 @@ func TestCanonicalConversionFailureMarksState(t *testing.T) {
 		t.Fatal("a failed conversion must send the evaluation to the exact path")
 	}
 	state = &fastState{}
-	wrapTyped(decodeFixture(t, pod), state).(*canonicalObject).SetUnstructuredContent(map[string]any{})
+	wrapTyped(decodeCanonicalFixture(t, pod), state).(*canonicalObject).SetUnstructuredContent(map[string]any{})
 	if !state.failed {
 		t.Fatal("SetUnstructuredContent must send the evaluation to the exact path")
 	}

@@ -3,7 +3,7 @@
 // the semantics of the Kubernetes apiserver.
 //
 // It owns: decoding and validating the policy settings (policy, binding,
-// params, namespaces), compiling every CEL expression once, and evaluating a
+// params, namespaces, rbac), compiling every CEL expression once, and evaluating a
 // request into "unchanged", "mutated object" or "rejected with the apiserver's
 // message".
 //
@@ -15,7 +15,9 @@
 // generic and mutating dispatchers, which cannot be linked (they pull in
 // client-go's clientset); test/mapdiff checks it against them. This package
 // supplies what a cluster would: the parameter objects, the namespaces, the
-// built-in schemas (client-go's, pre-decoded) and an authorizer.
+// built-in schemas (client-go's, pre-decoded) and an authorizer (the
+// apiserver's chain: system:masters, then RBAC over the settings' rbac objects,
+// with ClusterRole aggregation applied).
 //
 // It must NOT know about Wasm, waPC or the host: the guest in the parent
 // package wraps it, and it runs natively in tests and benchmarks.

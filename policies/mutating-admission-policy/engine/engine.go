@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
-	cachingauthorizer "k8s.io/apiserver/pkg/admission/plugin/authorizer"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	sigsjson "sigs.k8s.io/json"
@@ -78,7 +77,7 @@ func New(s *Settings) (*Engine, error) {
 		params:           params,
 		paramsNamespaced: namespaced,
 		namespaces:       newNamespaceLister(s.Namespaces),
-		authorizer:       cachingauthorizer.NewCachingAuthorizer(sandboxAuthorizer{}),
+		authorizer:       newAuthorizer(s.RBAC),
 		types:            newTypeConverters(sch),
 		objects:          admission.NewObjectInterfacesFromScheme(sch),
 		scheme:           sch,

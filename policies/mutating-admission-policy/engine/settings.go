@@ -31,7 +31,8 @@ const DefaultPolicyName = "policy"
 // Settings is the decoded, defaulted and validated form of the policy settings:
 //
 //	{"policy": MAP object or spec, "binding": binding object or spec (optional),
-//	 "params": one object or a list (optional), "namespaces": Namespace objects (optional)}
+//	 "params": one object or a list (optional), "namespaces": Namespace objects (optional),
+//	 "rbac": {"roles", "clusterRoles", "roleBindings", "clusterRoleBindings"} (optional)}
 type Settings struct {
 	Policy  *admissionregistrationv1.MutatingAdmissionPolicy
 	Binding *admissionregistrationv1.MutatingAdmissionPolicyBinding
@@ -43,6 +44,9 @@ type Settings struct {
 	// Namespaces answer namespaceSelector and namespaceObject; a namespace not
 	// listed is taken to exist with only the label kubernetes.io/metadata.name.
 	Namespaces []*corev1.Namespace
+	// RBAC are the RBAC objects the CEL authorizer answers from; nil when the
+	// settings have none (the authorizer then allows only system:masters).
+	RBAC *RBAC
 }
 
 type rawSettings struct {
@@ -50,6 +54,7 @@ type rawSettings struct {
 	Binding    json.RawMessage   `json:"binding,omitempty"`
 	Params     json.RawMessage   `json:"params,omitempty"`
 	Namespaces []json.RawMessage `json:"namespaces,omitempty"`
+	RBAC       json.RawMessage   `json:"rbac,omitempty"`
 }
 
 // Decode parses settings given as JSON or YAML, applies the API defaults of
@@ -74,7 +79,7 @@ func Decode(data []byte) (*Settings, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSettings, err)
 	}
 	if len(strictErrs) > 0 {
-		return nil, fmt.Errorf("%w: %v (known keys: policy, binding, params, namespaces)", ErrInvalidSettings, joinErrs(strictErrs))
+		return nil, fmt.Errorf("%w: %v (known keys: policy, binding, params, namespaces, rbac)", ErrInvalidSettings, joinErrs(strictErrs))
 	}
 	if isNull(raw.Policy) {
 		return nil, fmt.Errorf("%w: settings must contain a \"policy\" (a MutatingAdmissionPolicy object or its spec)", ErrInvalidSettings)
@@ -106,6 +111,9 @@ func Decode(data []byte) (*Settings, error) {
 			return nil, fmt.Errorf("%w: namespaces[%d].metadata.name: Required value", ErrInvalidSettings, i)
 		}
 		s.Namespaces = append(s.Namespaces, ns)
+	}
+	if s.RBAC, err = decodeRBAC(raw.RBAC); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
