@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 )
 
 // The benchmark cases of docs/benchmarks.md: (a) a label-adding apply
@@ -162,22 +163,31 @@ func newWapcInstance(b *testing.B, module []byte, cacheDir string, closeOnDone b
 }
 
 // BenchmarkMAPEvaluateWapc is the sidecar evaluation straight through
-// wapc-go (no host pool, limits or diff), with and without wazero's
-// close-on-context-done, to show what that option costs this module.
+// wapc-go (no host pool, limits or diff): with wazero's close-on-context-done,
+// without it, and without it on the module as the host instruments it (the
+// interrupt check of host/wasm/wasmbin), to show what each costs this module.
 func BenchmarkMAPEvaluateWapc(b *testing.B) {
 	module := loadModule(b)
+	instrumented, _, err := wasmbin.Instrument(module)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	settings, _ := yaml.YAMLToJSON([]byte(benchCases[1].settings))
 	req := newRequest(b, "CREATE", pod, "").admissionRequest(b)
 	payload, _ := json.Marshal(map[string]json.RawMessage{"request": req, "settings": settings})
 	cacheDir := b.TempDir()
-	for _, closeOnDone := range []bool{true, false} {
-		name := "close-on-context-done"
-		if !closeOnDone {
-			name = "no-close-on-context-done"
-		}
-		b.Run(name, func(b *testing.B) {
-			_, inst, done := newWapcInstance(b, module, cacheDir, closeOnDone)
+	for _, v := range []struct {
+		name        string
+		module      []byte
+		closeOnDone bool
+	}{
+		{"close-on-context-done", module, true},
+		{"no-close-on-context-done", module, false},
+		{"instrumented", instrumented, false},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			_, inst, done := newWapcInstance(b, v.module, cacheDir, v.closeOnDone)
 			defer done()
 			if _, err := inst.Invoke(ctx, "validate", payload); err != nil {
 				b.Fatal(err)
