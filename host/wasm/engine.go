@@ -307,9 +307,12 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		cache = mcache
 	}
 	wm, err := e.newWapcModule(e.compileContext(ctx), code, cache, wasmbin.InterruptGlobal, logger)
-	if err != nil && mcache != nil {
+	if err != nil && mcache != nil && ctx.Err() == nil {
 		// wazero fails a compile whose cache entry is damaged (checksum)
 		// rather than compiling again: start the module's directory afresh.
+		// Not when the load was cancelled: that compile failed for that
+		// reason, the next would too, and the directory may hold what
+		// another process is storing.
 		logger.Warn("compiling with the load cache failed; clearing the module's directory and compiling again", "dir", dir, "error", err)
 		_ = mcache.Close(ctx)
 		mcache, cache = nil, e.cache

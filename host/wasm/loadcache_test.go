@@ -424,3 +424,31 @@ func TestLoadCacheConcurrentLoads(t *testing.T) {
 		t.Fatalf("after concurrent cold loads: %d instrumentations, %d stub loads; want 0, 1", n, hits)
 	}
 }
+
+// A load cancelled while it compiles fails without touching the module's
+// directory: the compile failed because of the context, not because of a
+// damaged entry, and the directory may hold what another process is storing.
+func TestLoadCacheCancelledLoad(t *testing.T) {
+	mod := testfixture.Module(t, "examples/required-labels")
+	dir := t.TempDir()
+	other := filepath.Join(moduleDir(t, dir, mod), ".probe-of-another-process")
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Two workers: wazero's parallel compiler stops on the cancelled context.
+	e, err := NewEngine(ctx, Config{CacheDir: dir, CompilationWorkers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if m, err := e.Compile(cancelled, mod, ModuleConfig{}); err == nil {
+		m.Release()
+		t.Fatal("a cold load with a cancelled context succeeded")
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("the cancelled load cleared the module's directory: %v", err)
+	}
+}
