@@ -32,8 +32,8 @@ import (
 // the user cache directory, logs discarded.
 type Config struct {
 	// CacheDir is where wazero keeps compiled machine code across restarts,
-	// and where the engine keeps the modules it instrumented
-	// (tollgate-instrumented-v<N>/). Empty means DefaultCacheDir().
+	// and where the engine keeps its load cache of instrumented modules
+	// (tollgate-load-v1-i<N>/, see loadcache.go). Empty means DefaultCacheDir().
 	CacheDir string
 	// DisableCache turns both on-disk caches off (an in-memory compilation
 	// cache is used, and every module is instrumented at every load).
@@ -294,7 +294,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
 		if mcache != nil {
 			_ = mcache.Close(ctx)
-			_ = os.Remove(dir) // empty: nothing is cached for such a module
+			removeEmptyDirs(dir) // nothing is cached for such a module
 		}
 		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,34 @@ func newEngine(t *testing.T, cfg wasm.Config) *wasm.Engine {
 	}
 	t.Cleanup(func() { _ = e.Close(context.Background()) })
 	return e
+}
+
+// A module Instrument refuses has nothing in the load cache: the directory
+// the engine made for it there is removed again.
+func TestNotInstrumentableLeavesNoLoadCacheDir(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	e, err := wasm.NewEngine(ctx, wasm.Config{CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	mod := spinModule(false, true)
+	m, err := e.Compile(ctx, mod, wasm.ModuleConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	if m.Interruptible() {
+		t.Fatal("the module was instrumented")
+	}
+	left, err := filepath.Glob(filepath.Join(dir, "*", strings.TrimPrefix(wasm.Digest(mod), "sha256:")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("the load cache kept a directory for a module it cannot hold: %v", left)
+	}
 }
 
 func TestInterruptEndlessLoop(t *testing.T) {

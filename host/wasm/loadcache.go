@@ -133,6 +133,19 @@ func writeAtomic(path string, parts ...[]byte) (err error) {
 	return os.Rename(f.Name(), path)
 }
 
+// removeEmptyDirs removes dir if it holds nothing but empty directories
+// (what wazero.NewCompilationCacheWithDir makes), and never a file.
+func removeEmptyDirs(dir string) {
+	if subs, err := os.ReadDir(dir); err == nil {
+		for _, s := range subs {
+			if s.IsDir() {
+				_ = os.Remove(filepath.Join(dir, s.Name()))
+			}
+		}
+	}
+	_ = os.Remove(dir)
+}
+
 // removeStub deletes the stub of a module directory, ignoring errors.
 func removeStub(dir string) { _ = os.Remove(filepath.Join(dir, stubFileName)) }
 
