@@ -326,6 +326,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	if err != nil {
 		if mcache != nil {
 			_ = mcache.Close(ctx)
+			removeEmptyDirs(dir) // a module wazero refuses leaves nothing
 		}
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package wasm_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -122,6 +123,40 @@ func TestNotInstrumentableLeavesNoLoadCacheDir(t *testing.T) {
 	}
 	if len(left) != 0 {
 		t.Fatalf("the load cache kept a directory for a module it cannot hold: %v", left)
+	}
+}
+
+// A module Instrument takes but wazero refuses leaves no directory in the
+// load cache either.
+func TestInvalidModuleLeavesNoLoadCacheDir(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	e, err := wasm.NewEngine(ctx, wasm.Config{CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	// __guest_call returns an i32: without its i32.const 0 (now two nops),
+	// its body does not validate.
+	mod := spinModule(false, false)
+	i := bytes.Index(mod, []byte{0x0b, 0x41, 0x00, 0x0b})
+	if i < 0 {
+		t.Fatal("spinModule changed: no i32.const 0 at the end of __guest_call")
+	}
+	copy(mod[i+1:], []byte{0x01, 0x01})
+	if _, _, err := wasmbin.Instrument(mod); err != nil {
+		t.Fatalf("Instrument refuses the module, the test needs one it takes: %v", err)
+	}
+	if m, err := e.Compile(ctx, mod, wasm.ModuleConfig{}); err == nil {
+		m.Release()
+		t.Fatal("wazero compiled a module that does not validate")
+	}
+	left, err := filepath.Glob(filepath.Join(dir, "*", strings.TrimPrefix(wasm.Digest(mod), "sha256:")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("the load cache kept a directory for a module wazero refuses: %v", left)
 	}
 }
 

@@ -133,12 +133,13 @@ func writeAtomic(path string, parts ...[]byte) (err error) {
 	return os.Rename(f.Name(), path)
 }
 
-// removeEmptyDirs removes dir if it holds nothing but empty directories
-// (what wazero.NewCompilationCacheWithDir makes), and never a file.
+// removeEmptyDirs removes dir if it holds nothing but the empty wazero
+// directories wazero.NewCompilationCacheWithDir makes; it never removes a
+// file, nor what another load of the module (a probe directory) is using.
 func removeEmptyDirs(dir string) {
 	if subs, err := os.ReadDir(dir); err == nil {
 		for _, s := range subs {
-			if s.IsDir() {
+			if s.IsDir() && strings.HasPrefix(s.Name(), "wazero-") {
 				_ = os.Remove(filepath.Join(dir, s.Name()))
 			}
 		}
