@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -922,5 +923,37 @@ func TestRulesPrefilter(t *testing.T) {
 		"    excludeResourceRules: [{apiGroups: [apps], apiVersions: ['*'], operations: ['*'], resources: ['*']}]\n  reinvocationPolicy: Never\n", 1))
 	if res, err := excl.Evaluate(context.Background(), malformed("Deployment", "apps", "v1", "deployments", "CREATE")); err != nil || !res.Accepted || res.Object != nil {
 		t.Fatalf("excluded: %v %+v", err, res)
+	}
+}
+
+// Engine is safe for concurrent use (go test -race checks it): evaluations
+// of one engine on several goroutines, the first ones racing to set up its
+// type converters.
+func TestEngineConcurrentEvaluate(t *testing.T) {
+	for name, settings := range map[string]string{
+		"apply": policyWith(`
+  - patchType: ApplyConfiguration
+    applyConfiguration: {expression: "Object{metadata: Object.metadata{labels: {'team': 'payments'}}}"}`),
+		"jsonpatch": sidecarJSONPatch,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e, err := Compile([]byte(settings))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := req{object: pod}.build(t)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for range 3 {
+						res, err := e.Evaluate(context.Background(), r)
+						if err != nil || res.Object == nil {
+							t.Errorf("Evaluate: %v, %+v; want a mutated object", err, res)
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
 	}
 }

@@ -113,7 +113,6 @@ func (l *namespaceLister) Get(name string) (*corev1.Namespace, error) {
 // a schemaless one, for which every list is atomic.
 type typeConverters struct {
 	scheme *runtime.Scheme
-	static managedfields.TypeConverter
 	known  sync.Map // schema.GroupVersionKind -> bool
 }
 
@@ -125,23 +124,22 @@ func newTypeConverters(sch *runtime.Scheme) *typeConverters {
 // (the patcher then reports an error), which cannot happen with a module
 // that passed its tests.
 func (t *typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
-	if t.static == nil {
-		tc, err := builtinTypeConverter(t.scheme)
-		if err != nil {
-			return nil
-		}
-		t.static = tc
+	// Decoded once per process (sync.Once): no state of its own here, the
+	// engine is used concurrently.
+	static, err := builtinTypeConverter(t.scheme)
+	if err != nil {
+		return nil
 	}
 	known, ok := t.known.Load(gvk)
 	if !ok {
 		stub := &unstructured.Unstructured{}
 		stub.SetGroupVersionKind(gvk)
-		_, err := t.static.ObjectToTyped(stub)
+		_, err := static.ObjectToTyped(stub)
 		known = err == nil
 		t.known.Store(gvk, known)
 	}
 	if known.(bool) {
-		return t.static
+		return static
 	}
 	return &schemalessConverter{}
 }
