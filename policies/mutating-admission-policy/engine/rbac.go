@@ -55,124 +55,106 @@ func decodeRBAC(data json.RawMessage) (*RBAC, error) {
 	if len(strictErrs) > 0 {
 		return nil, fmt.Errorf("%w: rbac: %v (known keys: %s)", ErrInvalidSettings, joinErrs(strictErrs), rbacKeys)
 	}
-	r := &RBAC{}
 	root := field.NewPath("rbac")
 	var errs []error
-	seen := map[string]int{} // "kind/namespace/name" -> index, for duplicates
-	dup := func(p *field.Path, kind, namespace, name string, i int) {
-		key := kind + "/" + namespace + "/" + name
-		if _, ok := seen[key]; ok {
-			id := name
-			if namespace != "" {
-				id = namespace + "/" + name
-			}
-			errs = append(errs, field.Duplicate(p.Child("metadata", "name"), id))
-			return
+	seen := map[string]bool{} // "kind/namespace/name", for duplicates
+	validateRules := func(rules []rbacv1.PolicyRule, namespaced bool, p *field.Path) (e field.ErrorList) {
+		for j, rule := range rules {
+			e = append(e, validatePolicyRule(rule, namespaced, p.Child("rules").Index(j))...)
 		}
-		seen[key] = i
+		return e
 	}
-	for i, item := range raw.Roles {
-		p := root.Child("roles").Index(i)
-		o := &rbacv1.Role{}
-		if e := decodeRBACObject(item, p, "Role", o); e != nil {
-			errs = append(errs, e)
-			continue
+	validateSubjects := func(subjects []rbacv1.Subject, namespaced bool, p *field.Path) (e field.ErrorList) {
+		for j, s := range subjects {
+			e = append(e, validateSubject(s, namespaced, p.Child("subjects").Index(j))...)
 		}
-		e := objectmetavalidation.ValidateObjectMeta(&o.ObjectMeta, true, rbacName, p.Child("metadata"))
-		for j, rule := range o.Rules {
-			e = append(e, validatePolicyRule(rule, true, p.Child("rules").Index(j))...)
-		}
-		if len(e) == 0 {
-			dup(p, "Role", o.Namespace, o.Name, i)
-		}
-		for _, fe := range e {
-			errs = append(errs, fe)
-		}
-		r.Roles = append(r.Roles, o)
+		return e
 	}
-	for i, item := range raw.ClusterRoles {
-		p := root.Child("clusterRoles").Index(i)
-		o := &rbacv1.ClusterRole{}
-		if e := decodeRBACObject(item, p, "ClusterRole", o); e != nil {
-			errs = append(errs, e)
-			continue
-		}
-		o.Namespace = "" // the apiserver clears the namespace of a cluster-scoped object
-		e := objectmetavalidation.ValidateObjectMeta(&o.ObjectMeta, false, rbacName, p.Child("metadata"))
-		for j, rule := range o.Rules {
-			e = append(e, validatePolicyRule(rule, false, p.Child("rules").Index(j))...)
-		}
-		if ar := o.AggregationRule; ar != nil {
-			sp := p.Child("aggregationRule", "clusterRoleSelectors")
-			if len(ar.ClusterRoleSelectors) == 0 {
-				e = append(e, field.Required(sp, "at least one clusterRoleSelector required if aggregationRule is non-nil"))
-			}
-			for j := range ar.ClusterRoleSelectors {
-				sel := &ar.ClusterRoleSelectors[j]
-				e = append(e, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, sp.Index(j))...)
-				if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
-					// The apiserver reports the (nil) result of the conversion: "Invalid value: null".
-					e = append(e, field.Invalid(sp.Index(j), nil, "invalid label selector."))
+	r := &RBAC{
+		Roles: decodeRBACList(raw.Roles, root.Child("roles"), "Role", true, seen, &errs, func(o *rbacv1.Role, p *field.Path) field.ErrorList {
+			return validateRules(o.Rules, true, p)
+		}),
+		ClusterRoles: decodeRBACList(raw.ClusterRoles, root.Child("clusterRoles"), "ClusterRole", false, seen, &errs, func(o *rbacv1.ClusterRole, p *field.Path) field.ErrorList {
+			e := validateRules(o.Rules, false, p)
+			if ar := o.AggregationRule; ar != nil {
+				sp := p.Child("aggregationRule", "clusterRoleSelectors")
+				if len(ar.ClusterRoleSelectors) == 0 {
+					e = append(e, field.Required(sp, "at least one clusterRoleSelector required if aggregationRule is non-nil"))
+				}
+				for j := range ar.ClusterRoleSelectors {
+					sel := &ar.ClusterRoleSelectors[j]
+					e = append(e, metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, sp.Index(j))...)
+					if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+						// The apiserver reports the (nil) result of the conversion: "Invalid value: null".
+						e = append(e, field.Invalid(sp.Index(j), nil, "invalid label selector."))
+					}
 				}
 			}
-		}
-		if len(e) == 0 {
-			dup(p, "ClusterRole", "", o.Name, i)
-		}
-		for _, fe := range e {
-			errs = append(errs, fe)
-		}
-		r.ClusterRoles = append(r.ClusterRoles, o)
-	}
-	for i, item := range raw.RoleBindings {
-		p := root.Child("roleBindings").Index(i)
-		o := &rbacv1.RoleBinding{}
-		if e := decodeRBACObject(item, p, "RoleBinding", o); e != nil {
-			errs = append(errs, e)
-			continue
-		}
-		defaultRoleRef(&o.RoleRef)
-		defaultSubjects(o.Subjects)
-		e := objectmetavalidation.ValidateObjectMeta(&o.ObjectMeta, true, rbacName, p.Child("metadata"))
-		e = append(e, validateRoleRef(o.RoleRef, []string{"Role", "ClusterRole"}, p.Child("roleRef"))...)
-		for j, s := range o.Subjects {
-			e = append(e, validateSubject(s, true, p.Child("subjects").Index(j))...)
-		}
-		if len(e) == 0 {
-			dup(p, "RoleBinding", o.Namespace, o.Name, i)
-		}
-		for _, fe := range e {
-			errs = append(errs, fe)
-		}
-		r.RoleBindings = append(r.RoleBindings, o)
-	}
-	for i, item := range raw.ClusterRoleBindings {
-		p := root.Child("clusterRoleBindings").Index(i)
-		o := &rbacv1.ClusterRoleBinding{}
-		if e := decodeRBACObject(item, p, "ClusterRoleBinding", o); e != nil {
-			errs = append(errs, e)
-			continue
-		}
-		o.Namespace = ""
-		defaultRoleRef(&o.RoleRef)
-		defaultSubjects(o.Subjects)
-		e := objectmetavalidation.ValidateObjectMeta(&o.ObjectMeta, false, rbacName, p.Child("metadata"))
-		e = append(e, validateRoleRef(o.RoleRef, []string{"ClusterRole"}, p.Child("roleRef"))...)
-		for j, s := range o.Subjects {
-			e = append(e, validateSubject(s, false, p.Child("subjects").Index(j))...)
-		}
-		if len(e) == 0 {
-			dup(p, "ClusterRoleBinding", "", o.Name, i)
-		}
-		for _, fe := range e {
-			errs = append(errs, fe)
-		}
-		r.ClusterRoleBindings = append(r.ClusterRoleBindings, o)
+			return e
+		}),
+		RoleBindings: decodeRBACList(raw.RoleBindings, root.Child("roleBindings"), "RoleBinding", true, seen, &errs, func(o *rbacv1.RoleBinding, p *field.Path) field.ErrorList {
+			defaultRoleRef(&o.RoleRef)
+			defaultSubjects(o.Subjects)
+			e := validateRoleRef(o.RoleRef, []string{"Role", "ClusterRole"}, p.Child("roleRef"))
+			return append(e, validateSubjects(o.Subjects, true, p)...)
+		}),
+		ClusterRoleBindings: decodeRBACList(raw.ClusterRoleBindings, root.Child("clusterRoleBindings"), "ClusterRoleBinding", false, seen, &errs, func(o *rbacv1.ClusterRoleBinding, p *field.Path) field.ErrorList {
+			defaultRoleRef(&o.RoleRef)
+			defaultSubjects(o.Subjects)
+			e := validateRoleRef(o.RoleRef, []string{"ClusterRole"}, p.Child("roleRef"))
+			return append(e, validateSubjects(o.Subjects, false, p)...)
+		}),
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSettings, utilerrors.NewAggregate(errs))
 	}
 	return r, nil
+}
+
+// rbacObject is what decodeRBACList needs of an RBAC object type.
+type rbacObject[T any] interface {
+	*T
+	metav1.Object
+	SetGroupVersionKind(gvk schema.GroupVersionKind)
+}
+
+// decodeRBACList decodes, defaults and validates one list of the "rbac"
+// object, as the apiserver would on create: the object's metadata (a
+// cluster-scoped object's namespace is cleared), then validate's checks of
+// the kind (which may default fields first), then duplicates among valid
+// objects. Errors are appended to errs; every decoded object is returned.
+func decodeRBACList[T any, P rbacObject[T]](items []json.RawMessage, list *field.Path, kind string, namespaced bool, seen map[string]bool, errs *[]error, validate func(P, *field.Path) field.ErrorList) []P {
+	var out []P
+	for i, item := range items {
+		p := list.Index(i)
+		o := P(new(T))
+		if e := decodeRBACObject(item, p, kind, o); e != nil {
+			*errs = append(*errs, e)
+			continue
+		}
+		if !namespaced {
+			o.SetNamespace("") // the apiserver clears the namespace of a cluster-scoped object
+		}
+		e := validate(o, p)
+		meta := objectmetavalidation.ValidateObjectMetaAccessor(o, namespaced, rbacName, p.Child("metadata"))
+		e = append(meta, e...)
+		if len(e) == 0 {
+			key := kind + "/" + o.GetNamespace() + "/" + o.GetName()
+			if seen[key] {
+				id := o.GetName()
+				if ns := o.GetNamespace(); ns != "" {
+					id = ns + "/" + id
+				}
+				e = append(e, field.Duplicate(p.Child("metadata", "name"), id))
+			}
+			seen[key] = true
+		}
+		for _, fe := range e {
+			*errs = append(*errs, fe)
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // rbacGroupVersion is the only version accepted: v1beta1 and v1alpha1 are no
