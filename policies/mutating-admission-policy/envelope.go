@@ -344,38 +344,29 @@ func stringFields(v []byte, set func(key string, value string) bool) bool {
 }
 
 func decodeGVK(v []byte, out *protocol.GroupVersionKind) bool {
+	return decodeGroupVersion(v, &out.Group, &out.Version, `"kind"`, &out.Kind)
+}
+
+func decodeGVR(v []byte, out *protocol.GroupVersionResource) bool {
+	return decodeGroupVersion(v, &out.Group, &out.Version, `"resource"`, &out.Resource)
+}
+
+// decodeGroupVersion decodes {"group", "version", third} into its arguments.
+func decodeGroupVersion(v []byte, group, version *string, third string, last *string) bool {
 	seen := 0
 	return stringFields(v, func(k, s string) bool {
 		switch k {
 		case `"group"`:
-			out.Group = s
+			*group = s
 		case `"version"`:
-			out.Version = s
-		case `"kind"`:
-			out.Kind = s
+			*version = s
+		case third:
+			*last = s
 		default:
 			return false
 		}
 		seen++
 		return seen <= 3 // a duplicate: encoding/json's rules
-	})
-}
-
-func decodeGVR(v []byte, out *protocol.GroupVersionResource) bool {
-	seen := 0
-	return stringFields(v, func(k, s string) bool {
-		switch k {
-		case `"group"`:
-			out.Group = s
-		case `"version"`:
-			out.Version = s
-		case `"resource"`:
-			out.Resource = s
-		default:
-			return false
-		}
-		seen++
-		return seen <= 3
 	})
 }
 
