@@ -213,11 +213,12 @@ func linkCompiled(dir, stubEntry string) error {
 			return err
 		}
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
+	err = os.Rename(tmp, dst)
+	// When another load linked dst first, tmp and dst are links to the same
+	// file and rename(2) succeeds without doing anything: tmp stays. It is
+	// gone after a rename that moved it, so removing it is always right.
+	_ = os.Remove(tmp)
+	return err
 }
 
 func copyFile(src, dst string) error {

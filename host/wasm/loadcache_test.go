@@ -452,3 +452,37 @@ func TestLoadCacheCancelledLoad(t *testing.T) {
 		t.Fatalf("the cancelled load cleared the module's directory: %v", err)
 	}
 }
+
+// A second load linking the stub's key to the same compiled file leaves no
+// temporary link behind (rename(2) of one link onto another of the same
+// file succeeds and keeps both).
+func TestLinkCompiledTwiceLeavesNoTemporaryLink(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "wazero-v0-test")
+	if err := os.MkdirAll(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	real, stub := strings.Repeat("a", 64), strings.Repeat("b", 64)
+	if err := os.WriteFile(filepath.Join(sub, real), []byte("compiled"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := linkCompiled(dir, filepath.Join("wazero-v0-test", stub)); err != nil {
+			t.Fatalf("link %d: %v", i, err)
+		}
+	}
+	entries, err := os.ReadDir(sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 {
+		t.Fatalf("want the compiled entry and the stub's link, got %v", names)
+	}
+	if b, err := os.ReadFile(filepath.Join(sub, stub)); err != nil || string(b) != "compiled" {
+		t.Fatalf("stub's link: %q, %v", b, err)
+	}
+}
