@@ -278,7 +278,14 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 				logger.Debug("module started from its stub in the load cache", "took", time.Since(start))
 				return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
 			}
-			logger.Info("starting the module from its cached stub failed; compiling it", "dir", dir, "error", err)
+			if errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				// The cache-only compile missed: the directory holds no code
+				// compiled by this wazero build (a test binary's wazero is
+				// "dev", a release's its version). An ordinary miss.
+				logger.Debug("no compiled code for this wazero build in the load cache; compiling the module", "dir", dir)
+			} else {
+				logger.Info("starting the module from its cached stub failed; compiling it", "dir", dir, "error", err)
+			}
 			removeStub(dir)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			logger.Warn("load cache entry unusable; compiling the module", "error", err)
@@ -286,6 +293,10 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		}
 	}
 
+	if len(wasm) >= slowCompileBytes {
+		// Seconds of silence otherwise (the MutatingAdmissionPolicy module: 11-20 s).
+		logger.Info("compiling the module; this takes a while for its size", "bytes", len(wasm), "cached_for_next_load", mcache != nil)
+	}
 	// Bound the guest by an interrupt check compiled into the module when the
 	// module can be instrumented; otherwise by wazero's close-on-context-done.
 	e.instrumented.Add(1)
@@ -339,6 +350,10 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	logger.Debug("module instrumented and compiled", "took", compiled.Sub(start), "cache_entry_took", time.Since(compiled))
 	return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
 }
+
+// slowCompileBytes is the module size from which a compile is announced: a
+// few MB compile in well under a second, tens of MB take seconds.
+const slowCompileBytes = 8 << 20
 
 // compileContext makes a cache miss compile the functions on e.workers
 // goroutines (wazero reads the setting from the context of CompileModule).
@@ -404,7 +419,7 @@ func (e *Engine) newWapcModule(ctx context.Context, code []byte, cache wazero.Co
 		Stderr: &lineLogger{logger: logger, stream: "stderr"},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCompile, err)
+		return nil, fmt.Errorf("%w: %w", ErrCompile, err)
 	}
 	return wm, nil
 }
