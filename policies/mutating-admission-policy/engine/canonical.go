@@ -52,6 +52,9 @@ type fastState struct {
 	// failed is set when a conversion failed: the evaluation must be redone
 	// on the exact path.
 	failed bool
+	// request is the request variable of the mutations, converted on first
+	// use (set by dispatch once the match is known).
+	request func() *admissionRequestInput
 }
 
 var errNotWrapped = errors.New("not a canonical object")

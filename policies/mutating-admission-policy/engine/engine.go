@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,7 +35,15 @@ type Engine struct {
 	// failFast makes every fast evaluation report a failed conversion, to
 	// test the rerun on the exact path.
 	failFast bool
+	// fallbacks counts the evaluations the fast path handed to the exact
+	// path (a pointer: tests copy the Engine to compare the paths).
+	fallbacks *atomic.Int64
 }
+
+// Fallbacks is how many evaluations the fast path could not vouch for and
+// redid on the exact path (evaluation errors, rejections and the rare
+// conversions it declines); see fasteval.go.
+func (e *Engine) Fallbacks() int64 { return e.fallbacks.Load() }
 
 // Result is the outcome of one evaluation.
 type Result struct {
@@ -81,6 +90,7 @@ func New(s *Settings) (*Engine, error) {
 		types:            newTypeConverters(sch),
 		objects:          admission.NewObjectInterfacesFromScheme(sch),
 		scheme:           sch,
+		fallbacks:        new(atomic.Int64),
 	}
 	return e, nil
 }
@@ -131,6 +141,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	}
 	if fast != nil && fast.failed {
 		// Something the fast path cannot vouch for: redo it all exactly.
+		e.fallbacks.Add(1)
 		mutated, se = e.dispatch(ctx, attr, nil)
 	}
 	if se != nil {
