@@ -197,10 +197,22 @@ func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, mutation *
 	// A JSONPatch whose test failed returns the object it was given.
 	obj = unwrap(obj)
 	if _, ok := versioned.VersionedObject.(*unstructured.Unstructured); !ok {
-		var err error
-		obj, err = e.objects.GetObjectConvertor().ConvertToVersion(obj, versioned.GetKind().GroupVersion())
-		if err != nil {
-			return err
+		u, isUnstructured := obj.(*unstructured.Unstructured)
+		if fast != nil && isUnstructured {
+			// An apply configuration's result: ConvertToVersion would
+			// convert it by reflection; typedFromUnstructured gives the same
+			// object through JSON, or declines.
+			var ok bool
+			if obj, ok = e.typedFromUnstructured(u, versioned.VersionedKind, versioned.GetKind()); !ok {
+				fast.failed = true
+				return nil
+			}
+		} else {
+			var err error
+			obj, err = e.objects.GetObjectConvertor().ConvertToVersion(obj, versioned.GetKind().GroupVersion())
+			if err != nil {
+				return err
+			}
 		}
 	}
 	e.objects.GetObjectDefaulter().Default(obj)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	sigsjson "sigs.k8s.io/json"
@@ -23,8 +24,46 @@ import (
 // activation and structured-merge see). It also pins which kinds are
 // accepted, so that the fast conversion is not silently lost.
 func TestJSONRoundTripExact(t *testing.T) {
+	filler := newObjectFiller()
+	accepted := 0
+	for gvk, typ := range objectScheme.AllKnownTypes() {
+		if gvk.Version == runtime.APIVersionInternal || !jsonRoundTripExact(reflect.PointerTo(typ)) {
+			continue
+		}
+		accepted++
+		for i := 0; i < 10; i++ {
+			obj := reflect.New(typ).Interface().(runtime.Object)
+			filler.Fill(obj)
+			want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+			if err != nil {
+				t.Fatalf("%v: ToUnstructured: %v", gvk, err)
+			}
+			b, err := json.Marshal(obj)
+			if err != nil {
+				t.Fatalf("%v: %v", gvk, err)
+			}
+			var got map[string]any
+			if err := sigsjson.UnmarshalCaseSensitivePreserveInts(b, &got); err != nil {
+				t.Fatalf("%v: %v", gvk, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%v: the JSON round trip differs from ToUnstructured\n  json: %#v\n  ToUnstructured: %#v", gvk, got, want)
+			}
+		}
+	}
+	t.Logf("%d kinds take the JSON round trip", accepted)
+	for _, obj := range []runtime.Object{&corev1.Pod{}, &appsv1.Deployment{}, &corev1.ConfigMap{}, &batchv1.Job{}, &corev1.Service{}} {
+		if !jsonRoundTripExact(reflect.TypeOf(obj)) {
+			t.Errorf("%T does not take the JSON round trip", obj)
+		}
+	}
+}
+
+// newObjectFiller fills typed objects randomly, with valid values for the
+// types whose encodings are hand-written.
+func newObjectFiller() *randfill.Filler {
 	quantities := []string{"0", "1", "100m", "0.5", "1Gi", "128974848", "1e3", "2.5Mi", "-3"}
-	filler := randfill.NewWithSeed(1).NilChance(0.2).NumElements(0, 2).MaxDepth(12).Funcs(
+	return randfill.NewWithSeed(1).NilChance(0.2).NumElements(0, 2).MaxDepth(12).Funcs(
 		func(q *resource.Quantity, c randfill.Continue) {
 			*q = resource.MustParse(quantities[c.Intn(len(quantities))])
 		},
@@ -54,36 +93,44 @@ func TestJSONRoundTripExact(t *testing.T) {
 			f.Raw = []byte(`{"f:metadata":{"f:labels":{".":{}}}}`)
 		},
 	)
-	accepted := 0
+}
+
+// TestTypedFromUnstructured checks typedFromUnstructured against the
+// scheme's ConvertToVersion on the unstructured content of randomly filled
+// objects of every kind it accepts.
+func TestTypedFromUnstructured(t *testing.T) {
+	e := compile(t, sidecarJSONPatch)
+	filler := newObjectFiller()
 	for gvk, typ := range objectScheme.AllKnownTypes() {
 		if gvk.Version == runtime.APIVersionInternal || !jsonRoundTripExact(reflect.PointerTo(typ)) {
 			continue
 		}
-		accepted++
-		for i := 0; i < 20; i++ {
+		for i := 0; i < 10; i++ {
 			obj := reflect.New(typ).Interface().(runtime.Object)
 			filler.Fill(obj)
-			want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 			if err != nil {
-				t.Fatalf("%v: ToUnstructured: %v", gvk, err)
+				t.Fatal(err)
 			}
-			b, err := json.Marshal(obj)
+			u := &unstructured.Unstructured{Object: content}
+			u.SetGroupVersionKind(gvk)
+			want, err := e.scheme.ConvertToVersion(u.DeepCopy(), gvk.GroupVersion())
 			if err != nil {
-				t.Fatalf("%v: %v", gvk, err)
+				t.Fatalf("%v: ConvertToVersion: %v", gvk, err)
 			}
-			var got map[string]any
-			if err := sigsjson.UnmarshalCaseSensitivePreserveInts(b, &got); err != nil {
-				t.Fatalf("%v: %v", gvk, err)
+			got, ok := e.typedFromUnstructured(u, gvk, gvk)
+			if !ok {
+				t.Fatalf("%v: declined", gvk)
 			}
 			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("%v: the JSON round trip differs from ToUnstructured\n  json: %#v\n  ToUnstructured: %#v", gvk, got, want)
+				t.Fatalf("%v: differs from ConvertToVersion\n  got  %#v\n  want %#v", gvk, got, want)
 			}
 		}
 	}
-	t.Logf("%d kinds take the JSON round trip", accepted)
-	for _, obj := range []runtime.Object{&corev1.Pod{}, &appsv1.Deployment{}, &corev1.ConfigMap{}, &batchv1.Job{}, &corev1.Service{}} {
-		if !jsonRoundTripExact(reflect.TypeOf(obj)) {
-			t.Errorf("%T does not take the JSON round trip", obj)
-		}
+	// A value the JSON decoder refuses is declined, not truncated.
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "Deployment", "spec": map[string]any{"replicas": 1.5}}}
+	gvk := u.GroupVersionKind()
+	if _, ok := e.typedFromUnstructured(u, gvk, gvk); ok {
+		t.Fatal("replicas 1.5 was accepted")
 	}
 }
