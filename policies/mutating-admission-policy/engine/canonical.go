@@ -59,6 +59,17 @@ type fastState struct {
 	// request is the request variable of the mutations, converted on first
 	// use (set by dispatch once the match is known).
 	request func() *admissionRequestInput
+	// object is the wrapper of the request's object, whose encoding
+	// Evaluate reuses.
+	object *canonicalObject
+}
+
+// encode is json.Marshal of an object, reusing a canonicalObject's encoding.
+func encode(obj runtime.Object) ([]byte, error) {
+	if c, ok := obj.(*canonicalObject); ok {
+		return c.MarshalJSON()
+	}
+	return json.Marshal(obj)
 }
 
 var errNotWrapped = errors.New("not a canonical object")

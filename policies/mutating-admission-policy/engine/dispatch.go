@@ -46,7 +46,9 @@ func (e *Engine) message(pe policyError) string {
 }
 
 // dispatch returns the object after the mutations (nil when there is no
-// object), or a status error that rejects the request.
+// object), or a status error that rejects the request. On the fast path a
+// mutated object is returned in its canonicalObject, which carries its
+// encoding.
 //
 // With a non-nil fast state, the versioned objects are wrapped in
 // canonicalObjects (see canonical.go); the caller must redo the dispatch
@@ -84,6 +86,7 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 			versioned.VersionedObject = wrapTyped(versioned.VersionedObject, fast)
 			versioned.VersionedOldObject = wrapTyped(versioned.VersionedOldObject, fast)
 			fast.request = newRequestInput(attr, matchGVR, matchGVK)
+			fast.object, _ = versioned.VersionedObject.(*canonicalObject)
 		}
 		params, err := e.collectParams(attr.GetNamespace())
 		if err != nil {
@@ -144,7 +147,10 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 			}
 		}
 		if versioned.VersionedObject != nil && versioned.Dirty {
-			result = unwrap(versioned.VersionedObject)
+			result = versioned.VersionedObject
+			if fast == nil {
+				result = unwrap(result)
+			}
 		}
 		return nil
 	}

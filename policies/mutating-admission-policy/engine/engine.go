@@ -147,7 +147,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	if se != nil {
 		return &Result{Message: se.ErrStatus.Message, Code: se.ErrStatus.Code}, nil
 	}
-	if obj == nil || mutated == nil || mutated == obj {
+	if obj == nil || mutated == nil || unwrap(mutated) == obj {
 		// No mutation ran (nothing matched, or the conditions were false).
 		return &Result{Accepted: true}, nil
 	}
@@ -155,11 +155,15 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	// JSONPatch test). Compare the encodings, as the apiserver would store them.
 	// The evaluators never modify the object they are given (they return
 	// new ones), so obj is still the request's object as decoded.
-	before, err := json.Marshal(obj)
+	var original runtime.Object = obj
+	if fast != nil && !fast.failed && fast.object != nil && fast.object.typed == obj {
+		original = fast.object
+	}
+	before, err := encode(original)
 	if err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
 	}
-	after, err := json.Marshal(mutated)
+	after, err := encode(mutated)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the mutated object: %w", err)
 	}
