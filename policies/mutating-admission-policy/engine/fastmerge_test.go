@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -477,4 +478,77 @@ func BenchmarkFastApply(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestFastApplyLiveNulls: a null in the live object merges like a missing
+// value, and other Go scalar types SMD accepts are kept as they are.
+func TestFastApplyLiveNulls(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		edit  func(live map[string]any)
+		patch string
+	}{
+		{"null labels", func(l map[string]any) { l["metadata"].(map[string]any)["labels"] = nil }, `metadata: {labels: {a: b}}`},
+		{"null containers", func(l map[string]any) { l["spec"].(map[string]any)["initContainers"] = nil }, `spec: {initContainers: [{name: x}]}`},
+		{"null scalar", func(l map[string]any) { l["spec"].(map[string]any)["hostname"] = nil }, `spec: {hostname: h}`},
+		{"null env value", func(l map[string]any) {
+			env := l["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["env"].([]any)
+			env[0].(map[string]any)["value"] = nil
+		}, `spec: {containers: [{name: app, env: [{name: A, value: "2"}]}]}`},
+		{"Go int port kept", func(l map[string]any) {
+			ports := l["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["ports"].([]any)
+			ports[0].(map[string]any)["containerPort"] = int(80)
+		}, `spec: {containers: [{name: app, ports: [{containerPort: 80, name: web}]}]}`},
+		{"Go int32 elsewhere", func(l map[string]any) { l["spec"].(map[string]any)["priority"] = int32(5) }, `metadata: {labels: {a: b}}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			live := liveContent(t, fmPod)
+			c.edit(live)
+			p := yamlContent(t, c.patch)
+			p["apiVersion"], p["kind"] = live["apiVersion"], live["kind"]
+			ok, _, err := checkFastApply(t, live, p)
+			if err != nil {
+				t.Fatalf("SMD: %v", err)
+			}
+			if !ok {
+				t.Error("fastApply declined")
+			}
+		})
+	}
+}
+
+// TestFastApplyConcurrent shares one schema and one live object between
+// goroutines, as the engine does (run with -race).
+func TestFastApplyConcurrent(t *testing.T) {
+	live := liveContent(t, fmDeployment)
+	liveCopy := deepCopyContent(live)
+	patches := []string{
+		`metadata: {labels: {a: b}}`,
+		`spec: {template: {spec: {containers: [{name: app, env: [{name: x, value: "1"}]}, {name: side}]}}}`,
+		`spec: {strategy: {rollingUpdate: {maxSurge: 2}}, paused: true}`,
+	}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		p := yamlContent(t, patches[i%len(patches)])
+		p["apiVersion"], p["kind"] = live["apiVersion"], live["kind"]
+		want, err := smdApply(live, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				got, ok := fastApplyFor(t, live, p)
+				if !ok || !reflect.DeepEqual(got, want) {
+					t.Errorf("patch %d: ok %v, result differs", i, ok)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if !reflect.DeepEqual(live, liveCopy) {
+		t.Error("live modified")
+	}
 }
