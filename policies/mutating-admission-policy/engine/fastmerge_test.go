@@ -289,6 +289,9 @@ func TestFastApply(t *testing.T) {
 		{name: "schemaless list is atomic", live: fmWidget, patch: `spec: {tags: [b]}`, err: "may not mutate atomic arrays, maps or structs: .spec.tags"},
 		{name: "schemaless new list is atomic", live: fmWidget, patch: `status: {items: [{a: 1}]}`, err: "may not mutate atomic arrays, maps or structs: .status.items"},
 		{name: "schemaless map over a scalar", live: fmWidget, patch: `spec: {size: {a: 1}}`},
+		{name: "schemaless map over null", live: strings.Replace(fmWidget, "nested: {deep: {x: 1}}", "nested: null", 1), patch: `spec: {nested: {a: 1}}`, fast: true, expect: `"nested":{"a":1}`},
+		{name: "schemaless scalar over null", live: strings.Replace(fmWidget, "size: 1", "size: null", 1), patch: `spec: {size: 2}`, fast: true, expect: `"size":2`},
+		{name: "schemaless empty map over null", live: strings.Replace(fmWidget, "nested: {deep: {x: 1}}", "nested: null", 1), patch: `spec: {nested: {}}`, fast: true, expect: `"nested":{}`},
 		{name: "schemaless label", live: fmWidget, patch: `metadata: {labels: {a: b}}`, fast: true, expect: `"labels":{"a":"b"}`},
 	}
 	for _, c := range cases {
