@@ -37,11 +37,12 @@ import (
 //   - Merge keeps the patch's value for scalars; maps merge key by key; a map
 //     or list that is empty (or null/missing) on both sides takes the patch's
 //     value; an empty patch map or list keeps the live one.
-//   - Associative lists merge by key in the order of merge.go's
-//     visitListItems (reproduced in mergeOrder below): live items in place,
-//     patch items merged into the live item of the same key, new patch items
-//     after the live item that precedes them in the patch. A key that the live
-//     list holds more than once collapses into the patch item alone.
+//   - Associative lists merge by key, a patch item into the live item of the
+//     same key, in the order of merge.go's visitListItems, reproduced step by
+//     step in mergeOrder (roughly: live items in place, items of the patch in
+//     the patch's order). A key that the live list holds more than once
+//     collapses into the patch item alone; a live item whose key the patch
+//     does not set stays as it is, duplicates included.
 //
 // Declined: nulls and non-JSON Go types in the patch, anything atomic in the
 // patch, unknown fields or type mismatches anywhere, lists that are neither
