@@ -283,8 +283,19 @@ func (e *Engine) fastApplyConfiguration(val ref.Val, req patch.Request, fast *fa
 		return nil, false
 	}
 	obj := req.VersionedAttributes.VersionedObject
+	gvk := obj.GetObjectKind().GroupVersionKind()
 	patchObject := &unstructured.Unstructured{Object: value}
-	patchObject.SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
+	patchObject.SetGroupVersionKind(gvk)
+	// fastApply merges like structured-merge-diff for the patches it can
+	// vouch for; the others (and every error) go through the apiserver's
+	// ApplyStructuredMergeDiff.
+	if live, ok := obj.(runtime.Unstructured); ok && gvk == req.VersionedAttributes.VersionedKind {
+		if s, root, ok := e.types.mergeSchema(gvk); ok {
+			if merged, ok := fastApply(s, root, live.UnstructuredContent(), patchObject.Object); ok {
+				return &unstructured.Unstructured{Object: merged}, !fast.failed
+			}
+		}
+	}
 	patched, err := patch.ApplyStructuredMergeDiff(req.TypeConverter, obj, patchObject)
 	if err != nil {
 		fast.failed = true
