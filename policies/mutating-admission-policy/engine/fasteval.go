@@ -273,11 +273,11 @@ func (e *Engine) fastPatch(ctx context.Context, m *compiledMutation, req patch.R
 // evaluation.
 func (e *Engine) fastApplyConfiguration(val ref.Val, req patch.Request, fast *fastState) (runtime.Object, bool) {
 	objVal, ok := val.(*dynamic.ObjectVal)
-	if !ok || objVal.CheckTypeNamesMatchFieldPathNames() != nil {
+	if !ok {
 		fast.failed = true
 		return nil, false
 	}
-	value, ok := objVal.Value().(map[string]any)
+	value, ok := objectValue(objVal)
 	if !ok {
 		fast.failed = true
 		return nil, false
