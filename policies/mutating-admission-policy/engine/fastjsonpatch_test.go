@@ -4,8 +4,12 @@ import (
 	gojson "encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -155,10 +159,9 @@ var (
 	jpCompiler     *plugincel.CompositedCompiler
 )
 
-// evalJSONPatch compiles expr as a JSONPatch mutation expression with the
-// engine's compiler and evaluates it with object bound to doc.
-func evalJSONPatch(t testing.TB, expr string, doc map[string]any) ref.Val {
-	t.Helper()
+// jpCompile compiles expr as a JSONPatch mutation expression with the
+// engine's compiler and options.
+func jpCompile(expr string) plugincel.CompilationResult {
 	jpCompilerOnce.Do(func() {
 		var err error
 		jpCompiler, err = plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
@@ -166,8 +169,15 @@ func evalJSONPatch(t testing.TB, expr string, doc map[string]any) ref.Val {
 			panic(err)
 		}
 	})
-	res := jpCompiler.CompileCELExpression(&patch.JSONPatchCondition{Expression: expr},
+	return jpCompiler.CompileCELExpression(&patch.JSONPatchCondition{Expression: expr},
 		plugincel.OptionalVariableDeclarations{HasPatchTypes: true}, environment.StoredExpressions)
+}
+
+// evalJSONPatch compiles expr as a JSONPatch mutation expression with the
+// engine's compiler and evaluates it with object bound to doc.
+func evalJSONPatch(t testing.TB, expr string, doc map[string]any) ref.Val {
+	t.Helper()
+	res := jpCompile(expr)
 	if res.Error != nil {
 		t.Fatalf("compile %s: %v", expr, res.Error)
 	}
@@ -455,4 +465,362 @@ func TestApplyJSONPatchOpsSharing(t *testing.T) {
 	if labels["x"] != "1" || labels["y"] != "2" || labels["app"] != "web" {
 		t.Errorf("labels %v", labels)
 	}
+}
+
+// fuzzBytes turns fuzz input into choices; past the end every choice is 0.
+type fuzzBytes struct {
+	b []byte
+	i int
+}
+
+func (f *fuzzBytes) n(k int) int {
+	if f.i >= len(f.b) {
+		return 0
+	}
+	c := f.b[f.i]
+	f.i++
+	return int(c) % k
+}
+
+var (
+	fuzzKeys    = []string{"a", "b", "a/b", "c~d", "~1", "0", "1", "-", "", "metadata", "x y", "<&>"}
+	fuzzStrings = []string{"", "a", "b", "<b>", "é", "a\"b", "1", "\n"}
+	fuzzInts    = []int64{0, 1, -1, 2, 3, 1 << 53, -(1 << 53), 1 << 62, -5}
+	fuzzFloats  = []float64{1.5, -2.25, 1e-7, 0.1, 1e19, 2.5e-300}
+	fuzzTokens  = []string{"a", "b", "a~1b", "c~0d", "~01", "0", "1", "2", "3", "01", "-1", "-", "", "~2", "~", "é", "x y", "apiVersion", "kind", "metadata", "%7e"}
+	fuzzOps     = []string{"add", "remove", "replace", "test", "move", "copy", "add", "replace", "test", "bogus"}
+)
+
+// value generates a value in decoded form; forOp keeps to what
+// decodeJSONPatchOps can produce (integers within ±2^53).
+func (f *fuzzBytes) value(depth int, forOp bool) any {
+	k := f.n(8)
+	if depth <= 0 && k < 2 {
+		k += 2
+	}
+	switch k {
+	case 0:
+		m := map[string]any{}
+		for range f.n(4) {
+			m[fuzzKeys[f.n(len(fuzzKeys))]] = f.value(depth-1, forOp)
+		}
+		return m
+	case 1:
+		l := make([]any, f.n(4))
+		for i := range l {
+			l[i] = f.value(depth-1, forOp)
+		}
+		return l
+	case 2:
+		return fuzzStrings[f.n(len(fuzzStrings))]
+	case 3:
+		i := fuzzInts[f.n(len(fuzzInts))]
+		if forOp && (i > maxExactInt || i < -maxExactInt) {
+			i = 7
+		}
+		return i
+	case 4:
+		x := fuzzFloats[f.n(len(fuzzFloats))]
+		if forOp && x == math.Trunc(x) {
+			x = 0.5
+		}
+		return x
+	case 5:
+		return f.n(2) == 1
+	case 6:
+		return nil
+	default:
+		return fuzzStrings[f.n(len(fuzzStrings))]
+	}
+}
+
+func escapePointerToken(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// path generates a pointer, mostly along existing keys and indexes of doc.
+func (f *fuzzBytes) path(doc map[string]any) string {
+	switch f.n(32) {
+	case 0:
+		return ""
+	case 1:
+		return "a/b"
+	}
+	var sb strings.Builder
+	var node any = doc
+	for range 1 + f.n(4) {
+		sb.WriteByte('/')
+		tok := ""
+		switch c := node.(type) {
+		case map[string]any:
+			if len(c) > 0 && f.n(4) != 0 {
+				keys := slices.Sorted(maps.Keys(c))
+				key := keys[f.n(len(keys))]
+				tok, node = escapePointerToken(key), c[key]
+			}
+		case []any:
+			if f.n(4) != 0 {
+				i := f.n(len(c) + 2)
+				if i < len(c) {
+					node = c[i]
+				} else {
+					node = nil
+				}
+				tok = strconv.Itoa(i)
+				if i == len(c)+1 {
+					tok = "-"
+				}
+			}
+		}
+		if tok == "" {
+			tok, node = fuzzTokens[f.n(len(fuzzTokens))], nil
+		}
+		sb.WriteString(tok)
+	}
+	return sb.String()
+}
+
+// FuzzApplyJSONPatchOps: whenever applyJSONPatchOps answers ok, the
+// reference (the apiserver's value encoding, evanphx v4 Apply, the strict
+// decoding) succeeded with the same document, or failed a test as it says;
+// doc is never modified.
+func FuzzApplyJSONPatchOps(f *testing.F) {
+	for _, s := range []string{
+		"", "\x00\x01\x02\x03", "\x08\x01\x02\x00\x03\x04\x05\x06\x07\x08\x09",
+		"\x00\x03\x00\x01\x02\x01\x00\x02\x02\x03\x03\x00\x00\x00\x01\x03\x01\x02",
+		strings.Repeat("\x01\x02\x03\x05\x07\x0b", 8),
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzApply(t, data) })
+}
+
+// fuzzApply is one FuzzApplyJSONPatchOps case; it returns what
+// applyJSONPatchOps answered.
+func fuzzApply(t testing.TB, data []byte) (ok, failed bool) {
+	{
+		fb := &fuzzBytes{b: data}
+		doc := map[string]any{}
+		for range fb.n(5) {
+			doc[fuzzKeys[fb.n(len(fuzzKeys))]] = fb.value(3, false)
+		}
+		before, _ := gojson.Marshal(doc)
+		ops := make([]jsonPatchOp, 1+fb.n(4))
+		for i := range ops {
+			op := &ops[i]
+			op.op = fuzzOps[fb.n(len(fuzzOps))]
+			op.path = fb.path(doc)
+			if fb.n(4) != 0 {
+				op.from = fb.path(doc)
+			}
+			if fb.n(5) != 0 {
+				op.hasValue = true
+				op.value = fb.value(2, true)
+				// The generator must produce what decodeJSONPatchOps would.
+				if pv, err := structpb.NewValue(op.value); err == nil {
+					if b, err := gojson.Marshal(pv); err == nil {
+						var back any
+						if err := sigsjson.UnmarshalCaseSensitivePreserveInts(b, &back); err != nil || !reflect.DeepEqual(back, op.value) {
+							t.Fatalf("generated value %#v is not in decoded form: %s", op.value, b)
+						}
+					}
+				}
+			}
+		}
+
+		var out map[string]any
+		out, failed, ok = applyJSONPatchOps(doc, ops)
+		if after, _ := gojson.Marshal(doc); string(after) != string(before) {
+			t.Fatalf("doc modified:\n%s\n%s", before, after)
+		}
+		if !ok {
+			return false, false
+		}
+		p, err := refPatchFromOps(ops)
+		if err != nil {
+			t.Fatalf("ok, but the apiserver cannot encode the values: %v", err)
+		}
+		refOut, refFailed, refErr := refApply(doc, p)
+		if refErr != nil || failed != refFailed || (!failed && !reflect.DeepEqual(out, refOut)) {
+			t.Logf("doc %s", before)
+			for _, op := range ops {
+				t.Logf("op %+v", op)
+			}
+		}
+		checkAgainstRef(t, out, failed, refOut, refFailed, refErr)
+		return ok, failed
+	}
+}
+
+// benchPod is a Pod as a cluster stores it (defaults applied), in decoded form.
+const benchPod = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-7d9f8c6b5-x2x9z","generateName":"web-7d9f8c6b5-","namespace":"default",
+"uid":"0c9a3f6e-2b1d-4c8e-9f3a-6d5e4c3b2a10","resourceVersion":"123456","creationTimestamp":"2026-01-02T03:04:05Z",
+"labels":{"app":"web","pod-template-hash":"7d9f8c6b5","tier":"frontend"},"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-01-02T03:00:00Z"},
+"ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-7d9f8c6b5","uid":"1c9a3f6e-2b1d-4c8e-9f3a-6d5e4c3b2a10","controller":true,"blockOwnerDeletion":true}]},
+"spec":{"volumes":[{"name":"kube-api-access-abcde","projected":{"sources":[{"serviceAccountToken":{"expirationSeconds":3607,"path":"token"}},
+{"configMap":{"name":"kube-root-ca.crt","items":[{"key":"ca.crt","path":"ca.crt"}]}},{"downwardAPI":{"items":[{"path":"namespace","fieldRef":{"apiVersion":"v1","fieldPath":"metadata.namespace"}}]}}],"defaultMode":420}}],
+"initContainers":[{"name":"init","image":"busybox:1.36","command":["sh","-c","echo init"],"resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}],
+"containers":[{"name":"app","image":"nginx:1.27","ports":[{"name":"http","containerPort":80,"protocol":"TCP"}],
+"env":[{"name":"MODE","value":"prod"},{"name":"POD_NAME","valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.name"}}}],
+"resources":{"limits":{"cpu":"500m","memory":"256Mi"},"requests":{"cpu":"100m","memory":"128Mi"}},
+"volumeMounts":[{"name":"kube-api-access-abcde","readOnly":true,"mountPath":"/var/run/secrets/kubernetes.io/serviceaccount"}],
+"livenessProbe":{"httpGet":{"path":"/healthz","port":80,"scheme":"HTTP"},"timeoutSeconds":1,"periodSeconds":10,"successThreshold":1,"failureThreshold":3},
+"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}],
+"restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","serviceAccountName":"default","serviceAccount":"default",
+"securityContext":{},"schedulerName":"default-scheduler","tolerations":[{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300},
+{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}],"priority":0,"enableServiceLinks":true,"preemptionPolicy":"PreemptLowerPriority"},
+"status":{"phase":"Pending","qosClass":"Burstable"}}`
+
+const benchSidecar = `[JSONPatch{op: "add", path: "/spec/initContainers/-",
+  value: Object.spec.initContainers{name: "mesh-proxy", image: "mesh/proxy:v1.0.0", args: ["proxy", "sidecar"], restartPolicy: "Always"}}]`
+
+// BenchmarkFastJSONPatch: the sidecar example's JSONPatch on a Pod, from the
+// expression's value to the patched unstructured object; fast is
+// decodeJSONPatchOps + applyJSONPatchOps, reference is the apiserver's
+// conversion, evanphx v4 Apply on the JSON encoding and the decoding of the
+// result. The CEL evaluation (the same for both) is outside.
+func BenchmarkFastJSONPatch(b *testing.B) {
+	doc := mustDoc(b, benchPod)
+	for _, bc := range []struct{ name, expr string }{
+		{"sidecar", benchSidecar},
+		{"label", `[JSONPatch{op: "add", path: "/metadata/labels/" + jsonpatch.escapeKey("example.com/team"), value: "payments"}]`},
+	} {
+		val := evalJSONPatch(b, bc.expr, doc)
+		b.Run(bc.name+"/fast", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				ops, ok := decodeJSONPatchOps(val)
+				if !ok {
+					b.Fatal("decode declined")
+				}
+				if _, failed, ok := applyJSONPatchOps(doc, ops); !ok || failed {
+					b.Fatal("apply declined")
+				}
+			}
+		})
+		b.Run(bc.name+"/reference", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := refBuildPatch(val)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, failed, err := refApply(doc, p); err != nil || failed {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+var fuzzCELScalars = []string{
+	`1`, `-1`, `0`, `9007199254740991`, `9007199254740993`, `-9007199254740993`, `7u`, `18446744073709551615u`,
+	`2.0`, `2.5`, `-0.0`, `0.0`, `1e20`, `1e-7`, `1e300`, `double("NaN")`, `double("-Infinity")`,
+	`true`, `null`, `""`, `"s"`, `"<&>"`, `"\u2028"`, `b"\xff\x00"`, `string(b"\xc3\xa9")`,
+	`timestamp("2024-01-02T03:04:05.123Z")`, `duration("1m30s")`, `optional.of(1)`, `optional.none()`,
+	`object.metadata.name`, `object.spec.containers`, `object.spec.containers[0]`, `object.metadata.labels`,
+	`object.metadata.creationTimestamp`, `object.spec.ratio`, `object.spec.replicas`, `object.spec.empty`, `object.spec.none`,
+}
+
+var fuzzCELPaths = []string{`"/x"`, `"/spec/replicas"`, `"/metadata/labels/a~1b"`, `"/spec/containers/-"`, `"/spec/containers/0"`,
+	`"/metadata/labels/" + jsonpatch.escapeKey("k8s.io/x~y")`, `""`, `"/kind"`, `"/spec/containers/0/args/1"`, `"/metadata/creationTimestamp"`}
+
+// celValue generates a CEL expression for a JSONPatch value; typeName is
+// the Object type it would need to be, when inside an Object.
+func (f *fuzzBytes) celValue(depth int, typeName string) string {
+	k := f.n(6)
+	if depth <= 0 {
+		k = 0
+	}
+	switch k {
+	case 1: // list
+		var elems []string
+		for range f.n(4) {
+			elems = append(elems, "dyn("+f.celValue(depth-1, typeName)+")")
+		}
+		return "[" + strings.Join(elems, ", ") + "]"
+	case 2: // map
+		var entries []string
+		for range f.n(3) {
+			key := fuzzKeys[f.n(len(fuzzKeys))]
+			var ks string
+			if f.n(8) == 0 {
+				ks = strconv.Itoa(f.n(3))
+			} else {
+				ks = strconv.Quote(key)
+			}
+			entries = append(entries, ks+": dyn("+f.celValue(depth-1, typeName)+")")
+		}
+		return "{" + strings.Join(entries, ", ") + "}"
+	case 3, 4: // Object
+		name := typeName
+		if name == "" {
+			name = "Object.spec.x"
+		}
+		if f.n(8) == 0 {
+			name += ".wrong"
+		}
+		var fields []string
+		for range f.n(4) {
+			field := []string{"a", "b", "c", "name"}[f.n(4)]
+			fields = append(fields, field+": "+f.celValue(depth-1, name+"."+field))
+		}
+		return name + "{" + strings.Join(fields, ", ") + "}"
+	default:
+		return fuzzCELScalars[f.n(len(fuzzCELScalars))]
+	}
+}
+
+// FuzzDecodeJSONPatchOps: generated JSONPatch expressions (values of every
+// CEL kind, Objects with right and wrong type names); whenever
+// decodeJSONPatchOps answers ok, the apiserver's conversion succeeded and
+// gives the same operations; and applying them agrees with evanphx v4.
+func FuzzDecodeJSONPatchOps(f *testing.F) {
+	for _, s := range []string{"", "\x03\x00\x01\x02\x03\x04", "\x01\x03\x02\x01\x05\x04\x03\x02\x01", "\x02\x04\x04\x02\x01\x00\x03\x01\x02\x03"} {
+		f.Add([]byte(s))
+	}
+	doc := mustDoc(f, jpPod)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fb := &fuzzBytes{b: data}
+		var ops []string
+		for range 1 + fb.n(3) {
+			fields := []string{"op: " + strconv.Quote(fuzzOps[fb.n(len(fuzzOps))]), "path: " + fuzzCELPaths[fb.n(len(fuzzCELPaths))]}
+			if fb.n(4) == 0 {
+				fields = append(fields, "from: "+fuzzCELPaths[fb.n(len(fuzzCELPaths))])
+			}
+			if fb.n(4) != 0 {
+				fields = append(fields, "value: "+fb.celValue(3, ""))
+			}
+			ops = append(ops, "JSONPatch{"+strings.Join(fields, ", ")+"}")
+		}
+		expr := "[" + strings.Join(ops, ", ") + "]"
+		res := jpCompile(expr)
+		if res.Error != nil {
+			return
+		}
+		val, _, err := res.Program.Eval(map[string]any{"object": doc})
+		if err != nil {
+			return
+		}
+		got, ok := decodeJSONPatchOps(val)
+		if !ok {
+			return
+		}
+		p, err := refBuildPatch(val)
+		if err != nil {
+			t.Fatalf("%s: decoded, but the apiserver fails: %v", expr, err)
+		}
+		want, err := refOps(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) || (len(got) > 0 && !reflect.DeepEqual(got, want)) {
+			t.Fatalf("%s:\n got %#v\nwant %#v", expr, got, want)
+		}
+		if out, failed, ok := applyJSONPatchOps(doc, got); ok {
+			refOut, refFailed, refErr := refApply(doc, p)
+			t.Logf("%s", expr)
+			checkAgainstRef(t, out, failed, refOut, refFailed, refErr)
+		}
+	})
 }
