@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"maps"
 	"math"
 	"reflect"
+	"strconv"
 	"unicode/utf8"
 	"unsafe"
 
@@ -47,7 +50,8 @@ var structpbValueType = reflect.TypeOf(&structpb.Value{})
 // (ConvertToNative(*structpb.Value), after CheckTypeNamesMatchFieldPathNames
 // for Object values), so which CEL values convert, and to what, is the
 // apiserver's answer by construction; only the protojson encoding and the
-// JSON decoding that follow are replaced by fromStructpb. Declined: any
+// JSON decoding that follow are replaced by fromStructpb. (The common
+// scalars and Objects skip the structpb values, see opValue.) Declined: any
 // conversion error, a type-name mismatch, an element that is not a JSONPatch,
 // NaN and infinities (protojson rejects them), -0, integral numbers beyond
 // ±2^53 (float64 rounding), invalid UTF-8 (protojson rejects it).
@@ -66,20 +70,7 @@ func decodeJSONPatchOps(val ref.Val) (ops []jsonPatchOp, ok bool) {
 		}
 		op := jsonPatchOp{op: p.Op, path: p.Path, from: p.From}
 		if p.Val != nil {
-			if obj, isObj := p.Val.(*dynamic.ObjectVal); isObj {
-				if obj.CheckTypeNamesMatchFieldPathNames() != nil {
-					return nil, false
-				}
-			}
-			native, err := p.Val.ConvertToNative(structpbValueType)
-			if err != nil {
-				return nil, false
-			}
-			pv, isValue := native.(*structpb.Value)
-			if !isValue {
-				return nil, false
-			}
-			v, good := fromStructpb(pv)
+			v, good := opValue(p.Val)
 			if !good {
 				return nil, false
 			}
@@ -88,6 +79,118 @@ func decodeJSONPatchOps(val ref.Val) (ops []jsonPatchOp, ok bool) {
 		ops = append(ops, op)
 	}
 	return ops, true
+}
+
+var mapType = reflect.TypeFor[map[string]any]()
+
+// opValue is the decoded JSON of what the apiserver makes of a JSONPatch
+// value. Strings, bools, ints and doubles mirror cel-go's
+// ConvertToNative(*structpb.Value) (an int beyond ±(2^53-1) becomes its
+// decimal string); an Object is converted by its own ConvertToNative to
+// map[string]any, the map its structpb conversion would pass to
+// structpb.NewValue (fromNative mirrors NewValue); anything else goes
+// through the structpb conversion itself.
+func opValue(val ref.Val) (any, bool) {
+	switch v := val.(type) {
+	case types.String:
+		return string(v), utf8.ValidString(string(v))
+	case types.Bool:
+		return bool(v), true
+	case types.Int:
+		if v < -(maxExactInt-1) || v > maxExactInt-1 {
+			return strconv.FormatInt(int64(v), 10), true
+		}
+		return int64(v), true
+	case types.Double:
+		return fromJSONNumber(float64(v))
+	case *dynamic.ObjectVal:
+		if v.CheckTypeNamesMatchFieldPathNames() != nil {
+			return nil, false
+		}
+		native, err := v.ConvertToNative(mapType)
+		if err != nil {
+			return nil, false
+		}
+		return fromNative(native)
+	}
+	native, err := val.ConvertToNative(structpbValueType)
+	if err != nil {
+		return nil, false
+	}
+	pv, isValue := native.(*structpb.Value)
+	if !isValue {
+		return nil, false
+	}
+	return fromStructpb(pv)
+}
+
+// fromNative is fromStructpb(structpb.NewValue(v)) without the structpb
+// values: the same cases, the same errors (declined).
+func fromNative(v any) (any, bool) {
+	switch x := v.(type) {
+	case nil:
+		return nil, true
+	case bool:
+		return x, true
+	case int:
+		return fromJSONNumber(float64(x))
+	case int8:
+		return fromJSONNumber(float64(x))
+	case int16:
+		return fromJSONNumber(float64(x))
+	case int32:
+		return fromJSONNumber(float64(x))
+	case int64:
+		return fromJSONNumber(float64(x))
+	case uint:
+		return fromJSONNumber(float64(x))
+	case uint8:
+		return fromJSONNumber(float64(x))
+	case uint16:
+		return fromJSONNumber(float64(x))
+	case uint32:
+		return fromJSONNumber(float64(x))
+	case uint64:
+		return fromJSONNumber(float64(x))
+	case float32:
+		return fromJSONNumber(float64(x))
+	case float64:
+		return fromJSONNumber(x)
+	case json.Number:
+		f, err := x.Float64()
+		if err != nil {
+			return nil, false
+		}
+		return fromJSONNumber(f)
+	case string:
+		return x, utf8.ValidString(x)
+	case []byte:
+		return base64.StdEncoding.EncodeToString(x), true
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return nil, false
+			}
+			d, ok := fromNative(e)
+			if !ok {
+				return nil, false
+			}
+			m[k] = d
+		}
+		return m, true
+	case []any:
+		l := make([]any, len(x))
+		for i, e := range x {
+			d, ok := fromNative(e)
+			if !ok {
+				return nil, false
+			}
+			l[i] = d
+		}
+		return l, true
+	}
+	return nil, false
 }
 
 // fromStructpb is what decoding protojson's encoding of v with
