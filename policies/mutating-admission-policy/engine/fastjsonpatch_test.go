@@ -780,7 +780,12 @@ func FuzzDecodeJSONPatchOps(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	doc := mustDoc(f, jpPod)
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzDecode(t, doc, data) })
+}
+
+// fuzzDecode is one FuzzDecodeJSONPatchOps case; it tells how far it got.
+func fuzzDecode(t testing.TB, doc map[string]any, data []byte) (evaluated, decoded, applied bool) {
+	{
 		fb := &fuzzBytes{b: data}
 		var ops []string
 		for range 1 + fb.n(3) {
@@ -796,15 +801,15 @@ func FuzzDecodeJSONPatchOps(f *testing.F) {
 		expr := "[" + strings.Join(ops, ", ") + "]"
 		res := jpCompile(expr)
 		if res.Error != nil {
-			return
+			return false, false, false
 		}
 		val, _, err := res.Program.Eval(map[string]any{"object": doc})
 		if err != nil {
-			return
+			return false, false, false
 		}
 		got, ok := decodeJSONPatchOps(val)
 		if !ok {
-			return
+			return true, false, false
 		}
 		p, err := refBuildPatch(val)
 		if err != nil {
@@ -821,6 +826,8 @@ func FuzzDecodeJSONPatchOps(f *testing.F) {
 			refOut, refFailed, refErr := refApply(doc, p)
 			t.Logf("%s", expr)
 			checkAgainstRef(t, out, failed, refOut, refFailed, refErr)
+			return true, true, true
 		}
-	})
+		return true, true, false
+	}
 }
