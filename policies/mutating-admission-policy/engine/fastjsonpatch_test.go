@@ -20,6 +20,10 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	sigsjson "sigs.k8s.io/json"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	"k8s.io/apiserver/pkg/cel/environment"
@@ -829,5 +833,63 @@ func fuzzDecode(t testing.TB, doc map[string]any, data []byte) (evaluated, decod
 			return true, true, true
 		}
 		return true, true, false
+	}
+}
+
+// TestJSONPatchDocPrecondition: the unstructured content the engine gives
+// CEL for a typed object (ToUnstructured, canonicalObject's content) is in
+// the decoded form applyJSONPatchOps requires: equal to the decoding of the
+// typed object's JSON encoding, which is what the apiserver's JSON patcher
+// patches.
+func TestJSONPatchDocPrecondition(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		obj  runtime.Object
+	}{
+		{"pod", pod, &corev1.Pod{}},
+		{"pod with sidecar", podWithSidecar, &corev1.Pod{}},
+		{"stored pod", benchPod, &corev1.Pod{}},
+		{"deployment", deployment, &appsv1.Deployment{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := gojson.Unmarshal(mustJSON(t, tc.src), tc.obj); err != nil {
+				t.Fatal(err)
+			}
+			content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			js, err := gojson.Marshal(tc.obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if decoded := mustDoc(t, string(js)); !reflect.DeepEqual(content, decoded) {
+				t.Fatalf("content %#v\ndecoded %#v", content, decoded)
+			}
+			// And a patch on it answers as the reference does on the typed encoding.
+			ops, ok := decodeJSONPatchOps(evalJSONPatch(t, benchSidecar, content))
+			if !ok {
+				t.Fatal("decode declined")
+			}
+			out, failed, ok := applyJSONPatchOps(content, ops)
+			p, err := refPatchFromOps(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patched, err := p.Apply(js)
+			if err != nil {
+				if !ok {
+					return
+				}
+				t.Fatalf("ok, reference: %v", err)
+			}
+			if !ok || failed {
+				t.Fatalf("ok=%v testFailed=%v", ok, failed)
+			}
+			if want := mustDoc(t, string(patched)); !reflect.DeepEqual(out, want) {
+				t.Fatalf("got %v\nwant %v", out, want)
+			}
+		})
 	}
 }
