@@ -12,7 +12,6 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
-	"google.golang.org/protobuf/types/known/structpb"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +28,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/library"
 	"k8s.io/apiserver/pkg/cel/mutation"
 	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
+	sigsjson "sigs.k8s.io/json"
 )
 
 const (
@@ -296,6 +296,7 @@ func (e *Engine) fastApplyConfiguration(val ref.Val, req patch.Request, fast *fa
 			}
 		}
 	}
+	e.declines.Add(1)
 	patched, err := patch.ApplyStructuredMergeDiff(req.TypeConverter, obj, patchObject)
 	if err != nil {
 		fast.failed = true
@@ -312,6 +313,29 @@ func (e *Engine) fastJSONPatch(val ref.Val, req patch.Request, fast *fastState) 
 		fast.failed = true
 		return nil, false
 	}
+	versioned := req.VersionedAttributes
+	// The operations applied to the object's unstructured content
+	// (fastjsonpatch.go) when they can be vouched for, then the apiserver's
+	// strict decoding of the result.
+	if ops, ok := decodeJSONPatchOps(val); ok {
+		if live, ok := versioned.VersionedObject.(runtime.Unstructured); ok {
+			content := live.UnstructuredContent()
+			if fast.failed {
+				return nil, false
+			}
+			if out, testFailed, ok := applyJSONPatchOps(content, ops); ok {
+				if testFailed {
+					// A failed test leaves the object as it is.
+					return versioned.VersionedObject, true
+				}
+				if obj, ok := e.decodePatched(out, versioned); ok {
+					return obj, true
+				}
+			}
+		}
+	}
+
+	e.declines.Add(1)
 	list, ok := val.(traits.Lister)
 	if !ok {
 		return fail()
@@ -348,7 +372,6 @@ func (e *Engine) fastJSONPatch(val ref.Val, req patch.Request, fast *fastState) 
 		}
 		ops = append(ops, o)
 	}
-	versioned := req.VersionedAttributes
 	serializer := k8sjson.NewSerializerWithOptions(k8sjson.DefaultMetaFactory, req.ObjectInterfaces.GetObjectCreater(), req.ObjectInterfaces.GetObjectTyper(), k8sjson.SerializerOptions{Strict: true})
 	objJS, err := runtime.Encode(serializer, versioned.VersionedObject)
 	if err != nil {
@@ -377,10 +400,39 @@ func (e *Engine) fastJSONPatch(val ref.Val, req patch.Request, fast *fastState) 
 	return out, true
 }
 
-var (
-	jsonPatchValType  = reflect.TypeOf(&mutation.JSONPatchVal{})
-	structpbValueType = reflect.TypeOf(&structpb.Value{})
-)
+var jsonPatchValType = reflect.TypeOf(&mutation.JSONPatchVal{})
+
+// decodePatched is the JSON patcher's strict decoding of the patched
+// document, into the versioned kind (typed, or unstructured for the kinds
+// held unstructured), from the patched unstructured content. ok=false for
+// anything the decoding would refuse (unknown or duplicate fields, values
+// of the wrong type) or decode differently (apiVersion or kind changed).
+func (e *Engine) decodePatched(content map[string]any, versioned *admission.VersionedAttributes) (runtime.Object, bool) {
+	kind := versioned.VersionedKind
+	apiVersion, kindName := kind.ToAPIVersionAndKind()
+	if content["apiVersion"] != apiVersion || content["kind"] != kindName {
+		return nil, false
+	}
+	b, err := gojson.Marshal(content)
+	if err != nil {
+		return nil, false
+	}
+	if _, ok := versioned.VersionedObject.(*unstructured.Unstructured); ok {
+		m := map[string]any{}
+		if strict, err := sigsjson.UnmarshalStrict(b, &m); err != nil || len(strict) > 0 {
+			return nil, false
+		}
+		return &unstructured.Unstructured{Object: m}, true
+	}
+	obj, err := e.objects.GetObjectCreater().New(kind)
+	if err != nil {
+		return nil, false
+	}
+	if strict, err := sigsjson.UnmarshalStrict(b, obj); err != nil || len(strict) > 0 {
+		return nil, false
+	}
+	return obj, true
+}
 
 func rawJSON(s string) *gojson.RawMessage {
 	r := gojson.RawMessage(s)

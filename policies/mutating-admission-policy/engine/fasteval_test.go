@@ -54,6 +54,9 @@ func TestFastPathTaken(t *testing.T) {
 			if n := e.Fallbacks(); n != 0 {
 				t.Fatalf("%d evaluation(s) fell back to the exact path", n)
 			}
+			if n := e.declines.Load(); n != 0 {
+				t.Fatalf("%d mutation(s) declined by fastApply or applyJSONPatchOps", n)
+			}
 		})
 	}
 	t.Run("an evaluation error falls back", func(t *testing.T) {

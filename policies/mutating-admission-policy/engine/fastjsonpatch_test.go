@@ -487,8 +487,8 @@ func (f *fuzzBytes) n(k int) int {
 }
 
 var (
-	fuzzKeys    = []string{"a", "b", "a/b", "c~d", "~1", "0", "1", "-", "", "metadata", "x y", "<&>"}
-	fuzzStrings = []string{"", "a", "b", "<b>", "é", "a\"b", "1", "\n"}
+	patchFuzzKeys    = []string{"a", "b", "a/b", "c~d", "~1", "0", "1", "-", "", "metadata", "x y", "<&>"}
+	patchFuzzStrings = []string{"", "a", "b", "<b>", "é", "a\"b", "1", "\n"}
 	fuzzInts    = []int64{0, 1, -1, 2, 3, 1 << 53, -(1 << 53), 1 << 62, -5}
 	fuzzFloats  = []float64{1.5, -2.25, 1e-7, 0.1, 1e19, 2.5e-300}
 	fuzzTokens  = []string{"a", "b", "a~1b", "c~0d", "~01", "0", "1", "2", "3", "01", "-1", "-", "", "~2", "~", "é", "x y", "apiVersion", "kind", "metadata", "%7e"}
@@ -506,7 +506,7 @@ func (f *fuzzBytes) value(depth int, forOp bool) any {
 	case 0:
 		m := map[string]any{}
 		for range f.n(4) {
-			m[fuzzKeys[f.n(len(fuzzKeys))]] = f.value(depth-1, forOp)
+			m[patchFuzzKeys[f.n(len(patchFuzzKeys))]] = f.value(depth-1, forOp)
 		}
 		return m
 	case 1:
@@ -516,7 +516,7 @@ func (f *fuzzBytes) value(depth int, forOp bool) any {
 		}
 		return l
 	case 2:
-		return fuzzStrings[f.n(len(fuzzStrings))]
+		return patchFuzzStrings[f.n(len(patchFuzzStrings))]
 	case 3:
 		i := fuzzInts[f.n(len(fuzzInts))]
 		if forOp && (i > maxExactInt || i < -maxExactInt) {
@@ -534,7 +534,7 @@ func (f *fuzzBytes) value(depth int, forOp bool) any {
 	case 6:
 		return nil
 	default:
-		return fuzzStrings[f.n(len(fuzzStrings))]
+		return patchFuzzStrings[f.n(len(patchFuzzStrings))]
 	}
 }
 
@@ -606,7 +606,7 @@ func fuzzApply(t testing.TB, data []byte) (ok, failed bool) {
 		fb := &fuzzBytes{b: data}
 		doc := map[string]any{}
 		for range fb.n(5) {
-			doc[fuzzKeys[fb.n(len(fuzzKeys))]] = fb.value(3, false)
+			doc[patchFuzzKeys[fb.n(len(patchFuzzKeys))]] = fb.value(3, false)
 		}
 		before, _ := gojson.Marshal(doc)
 		ops := make([]jsonPatchOp, 1+fb.n(4))
@@ -746,7 +746,7 @@ func (f *fuzzBytes) celValue(depth int, typeName string) string {
 	case 2: // map
 		var entries []string
 		for range f.n(3) {
-			key := fuzzKeys[f.n(len(fuzzKeys))]
+			key := patchFuzzKeys[f.n(len(patchFuzzKeys))]
 			var ks string
 			if f.n(8) == 0 {
 				ks = strconv.Itoa(f.n(3))
