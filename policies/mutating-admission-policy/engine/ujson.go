@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -54,7 +56,7 @@ const ujsonMaxDepth = 1000
 // nil map[string]any does. ok=false for anything else, including every
 // input sigsjson rejects and a top-level null.
 func decodeUnstructured(b []byte) (m map[string]any, ok bool) {
-	d := udecoder{s: string(b)}
+	d := udecoder{s: string(b), members: make([]umember, 0, 32), elems: make([]any, 0, 16)}
 	d.skipSpace()
 	if d.i >= len(d.s) || d.s[d.i] != '{' {
 		return nil, false
@@ -229,20 +231,31 @@ func (d *udecoder) array(depth int) ([]any, bool) {
 	return a, true
 }
 
+// strPlain[c] is true for the ASCII bytes that stand for themselves in a
+// JSON string.
+var strPlain = func() (t [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // str decodes the string whose '"' is at d.i.
 func (d *udecoder) str() (string, bool) {
 	start := d.i + 1
 	i := start
 	for i < len(d.s) {
 		c := d.s[i]
+		if strPlain[c] {
+			i++
+			continue
+		}
 		switch {
 		case c == '"':
 			d.i = i + 1
 			return d.s[start:i], true
 		case c == '\\' || c < ' ':
 			return d.strSlow(start, i)
-		case c < utf8.RuneSelf:
-			i++
 		default:
 			r, size := utf8.DecodeRuneInString(d.s[i:])
 			if r == utf8.RuneError && size == 1 {
@@ -421,17 +434,22 @@ func (d *udecoder) number() (any, bool) {
 // for byte. ok=false for any other Go type, NaN and infinities, and nesting
 // deeper than 1000.
 func encodeUnstructured(v map[string]any) (b []byte, ok bool) {
-	e := uencoder{b: make([]byte, 0, 1024)}
+	e := uencoder{b: make([]byte, 0, encodeSizeHint.Load()+64), members: make([]umember, 0, 64)}
 	if !e.object(v, 0) {
 		return nil, false
 	}
+	encodeSizeHint.Store(int64(min(len(e.b), 1<<20)))
 	return e.b, true
 }
 
+// encodeSizeHint is the size of the last encoding, the capacity the next
+// one starts with (objects of one kind are encoded over and over).
+var encodeSizeHint atomic.Int64
+
 type uencoder struct {
 	b []byte
-	// keys is a stack of the sorted keys of the maps being encoded.
-	keys []string
+	// members is a stack of the members of the maps being encoded, sorted.
+	members []umember
 }
 
 func (e *uencoder) value(v any, depth int) bool {
@@ -468,28 +486,40 @@ func (e *uencoder) object(m map[string]any, depth int) bool {
 	if depth >= ujsonMaxDepth {
 		return false
 	}
-	base := len(e.keys)
-	for k := range m {
-		e.keys = append(e.keys, k)
+	base := len(e.members)
+	for k, v := range m {
+		e.members = append(e.members, umember{k, v})
 	}
-	end := len(e.keys)
-	slices.Sort(e.keys[base:end])
+	end := len(e.members)
+	sortMembers(e.members[base:end])
 	e.b = append(e.b, '{')
 	for i := base; i < end; i++ {
 		if i > base {
 			e.b = append(e.b, ',')
 		}
-		k := e.keys[i]
-		e.b = appendJSONString(e.b, k)
+		e.b = appendJSONString(e.b, e.members[i].k)
 		e.b = append(e.b, ':')
-		if !e.value(m[k], depth+1) {
+		if !e.value(e.members[i].v, depth+1) {
 			return false
 		}
 	}
 	e.b = append(e.b, '}')
-	clear(e.keys[base:end])
-	e.keys = e.keys[:base]
+	clear(e.members[base:end])
+	e.members = e.members[:base]
 	return true
+}
+
+// sortMembers sorts members by key, bytewise (keys are distinct).
+func sortMembers(ms []umember) {
+	if len(ms) > 12 {
+		slices.SortFunc(ms, func(a, b umember) int { return strings.Compare(a.k, b.k) })
+		return
+	}
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0 && ms[j].k < ms[j-1].k; j-- {
+			ms[j], ms[j-1] = ms[j-1], ms[j]
+		}
+	}
 }
 
 func (e *uencoder) array(a []any, depth int) bool {
@@ -536,7 +566,7 @@ func (e *uencoder) float(f float64) bool {
 
 // jsonSafe[c] is true for the ASCII bytes encoding/json writes as they are
 // with HTML escaping on.
-var jsonSafe = func() (t [utf8.RuneSelf]bool) {
+var jsonSafe = func() (t [256]bool) {
 	for c := ' '; c < utf8.RuneSelf; c++ {
 		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
 	}
@@ -551,11 +581,11 @@ func appendJSONString(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
+		if jsonSafe[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if jsonSafe[c] {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':

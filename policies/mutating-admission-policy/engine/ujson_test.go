@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"reflect"
 	"sort"
 	"strings"
@@ -309,7 +310,11 @@ func TestEncodeFloatsExhaustive(t *testing.T) {
 // sigsjson decodes them, and their unstructured content encodes as
 // encoding/json encodes it.
 func TestUnstructuredRealistic(t *testing.T) {
-	fixtures := map[string]string{"pod-plain": pod, "deployment-plain": deployment}
+	big, err := os.ReadFile("testdata/ujson/pod.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtures := map[string]string{"pod-plain": pod, "deployment-plain": deployment, "pod-3k": string(big)}
 	for name, y := range canonicalFixtures {
 		fixtures[name] = y
 	}
@@ -507,19 +512,25 @@ func FuzzEncodeUnstructured(f *testing.F) {
 	})
 }
 
-// ujsonBenchPod is the encoding of a typed Pod (about 3 KB).
-func ujsonBenchPod(b *testing.B) []byte {
+// ujsonPod is the encoding of the typed Pod of testdata/ujson/pod.yaml
+// (about 3 KB).
+func ujsonPod(t testing.TB) []byte {
+	t.Helper()
+	y, err := os.ReadFile("testdata/ujson/pod.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e, err := Compile([]byte(sidecarJSONPatch))
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	obj, err := e.decodeObject(mustJSON(b, canonicalFixtures["pod"]), schema.GroupVersionKind{Version: "v1", Kind: "Pod"})
+	obj, err := e.decodeObject(mustJSON(t, string(y)), schema.GroupVersionKind{Version: "v1", Kind: "Pod"})
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	typedJSON, err := json.Marshal(obj)
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	return typedJSON
 }
@@ -527,7 +538,7 @@ func ujsonBenchPod(b *testing.B) []byte {
 // BenchmarkDecodeUnstructured: decodeUnstructured against sigsjson on the
 // encoding of a typed Pod.
 func BenchmarkDecodeUnstructured(b *testing.B) {
-	pod := ujsonBenchPod(b)
+	pod := ujsonPod(b)
 	b.Run("ujson", func(b *testing.B) {
 		b.SetBytes(int64(len(pod)))
 		b.ReportAllocs()
@@ -551,7 +562,7 @@ func BenchmarkDecodeUnstructured(b *testing.B) {
 // BenchmarkEncodeUnstructured: encodeUnstructured against encoding/json on
 // the unstructured content of a typed Pod.
 func BenchmarkEncodeUnstructured(b *testing.B) {
-	pod := ujsonBenchPod(b)
+	pod := ujsonPod(b)
 	content, err := refDecodeUnstructured(pod)
 	if err != nil {
 		b.Fatal(err)
