@@ -372,11 +372,169 @@ func FuzzDecodeUnstructured(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if checkDecode(t, b) {
-			// What was decoded re-encodes as encoding/json encodes it.
-			m, _ := decodeUnstructured(b)
-			checkEncode(t, m)
+		checkDecodeComplete(t, b)
+	})
+}
+
+// checkDecodeComplete is checkDecode, and checks that decodeUnstructured
+// does not decline an object sigsjson accepts (shorter than 1000 bytes, so
+// not nested too deep for it), and that what it decodes re-encodes as
+// encoding/json encodes it.
+func checkDecodeComplete(t *testing.T, b []byte) {
+	t.Helper()
+	if checkDecode(t, b) {
+		m, _ := decodeUnstructured(b)
+		checkEncode(t, m)
+		return
+	}
+	if m, err := refDecodeUnstructured(b); err == nil && m != nil && len(b) < 1000 {
+		t.Fatalf("declined %q, which sigsjson decodes to %#v", b, m)
+	}
+}
+
+// text writes JSON text made from fuzz bytes: mostly valid, with the
+// escapes, spaces, numbers and duplicate keys decoding must get right, and
+// now and then a stray byte.
+func (f *ujsonFuzzValue) text(b []byte, depth int) []byte {
+	b = f.space(b)
+	k := f.byte() % 16
+	if depth <= 0 && k < 4 {
+		k += 4
+	}
+	switch k {
+	case 0, 1:
+		b = append(b, '{')
+		for i := range int(f.byte() % 5) {
+			if i > 0 {
+				b = append(f.space(b), ',')
+			}
+			b = f.space(b)
+			if f.byte()%3 == 0 {
+				b = append(b, `"a"`...) // duplicates
+			} else {
+				b = f.strText(b)
+			}
+			b = append(f.space(b), ':')
+			b = f.text(b, depth-1)
 		}
+		b = append(f.space(b), '}')
+	case 2, 3:
+		b = append(b, '[')
+		for i := range int(f.byte() % 5) {
+			if i > 0 {
+				b = append(f.space(b), ',')
+			}
+			b = f.text(b, depth-1)
+		}
+		b = append(f.space(b), ']')
+	case 4, 5, 6:
+		b = f.strText(b)
+	case 7, 8, 9:
+		b = f.numText(b)
+	case 10:
+		b = append(b, "true"...)
+	case 11:
+		b = append(b, "false"...)
+	case 12:
+		b = append(b, "null"...)
+	case 13:
+		b = append(b, f.byte()) // most likely invalid
+	default:
+		b = f.numText(b)
+	}
+	return f.space(b)
+}
+
+func (f *ujsonFuzzValue) space(b []byte) []byte {
+	for range f.byte() % 4 {
+		switch f.byte() % 5 {
+		case 0:
+			b = append(b, ' ')
+		case 1:
+			b = append(b, '\t')
+		case 2:
+			b = append(b, '\n')
+		case 3:
+			b = append(b, '\r')
+		}
+	}
+	return b
+}
+
+var ujsonFuzzEscapes = []string{`\"`, `\\`, `\/`, `\b`, `\f`, `\n`, `\r`, `\t`, `\u00e9`, `\ud83d\ude00`, `\ud83d`, `\ude00`, `\u2028`, `\u0000`, `\uFFFF`, `\x`, `\u12`}
+
+func (f *ujsonFuzzValue) strText(b []byte) []byte {
+	b = append(b, '"')
+	for range f.byte() % 10 {
+		switch c := f.byte(); c % 6 {
+		case 0:
+			b = append(b, ujsonFuzzEscapes[int(f.byte())%len(ujsonFuzzEscapes)]...)
+		case 1:
+			b = append(b, `\u`...)
+			b = append(b, lowerHex[f.byte()%16], "dD0Aa"[f.byte()%5], lowerHex[f.byte()%16], "0fF9c"[f.byte()%5])
+		case 2:
+			b = append(b, f.byte()) // raw, maybe invalid UTF-8 or a control
+		case 3:
+			b = append(b, "é日😀\u2028"[f.byte()%4:]...)
+		default:
+			b = append(b, 'a'+c%26)
+		}
+	}
+	return append(b, '"')
+}
+
+func (f *ujsonFuzzValue) numText(b []byte) []byte {
+	if f.byte()%2 == 0 {
+		b = append(b, '-')
+	}
+	n := int(f.byte() % 24)
+	if n == 0 {
+		b = append(b, '0')
+	}
+	for i := range n {
+		d := f.byte() % 10
+		if i == 0 && d == 0 {
+			d = 1
+		}
+		b = append(b, '0'+d)
+	}
+	if c := f.byte(); c%3 == 0 {
+		b = append(b, '.')
+		for range 1 + int(f.byte()%20) {
+			b = append(b, '0'+f.byte()%10)
+		}
+	}
+	if c := f.byte(); c%3 == 0 {
+		b = append(b, "eE"[c%2])
+		b = append(b, []string{"", "+", "-"}[f.byte()%3]...)
+		for range 1 + int(f.byte()%4) {
+			b = append(b, '0'+f.byte()%10)
+		}
+	}
+	return b
+}
+
+// FuzzDecodeUnstructuredText is FuzzDecodeUnstructured on JSON text
+// generated from the fuzz bytes (mostly valid, unlike arbitrary bytes).
+func FuzzDecodeUnstructuredText(f *testing.F) {
+	for _, s := range []string{"", "\x00\x04\x00\x01\x05\x07\x02", "\x00\x00\x04\x03\x01\x07\x10\x05\x01\x03\x04\x00\x01\x02\x05\x05\x09"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		g := &ujsonFuzzValue{b: in}
+		b := g.space(nil)
+		b = append(b, '{')
+		for i := 0; len(g.b) > 0 && i < 8; i++ {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = g.strText(b)
+			b = append(b, ':')
+			b = g.text(b, 5)
+		}
+		b = append(b, '}')
+		b = g.space(b)
+		checkDecodeComplete(t, b)
 	})
 }
 
