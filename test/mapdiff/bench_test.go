@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 var benchCases = []struct{ name, settings string }{
 	{"label-apply", mkPolicy("label", "", apply(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`))},
 	{"sidecar", cases[2].settings},
+	{"unmatched", strings.Replace(mkPolicy("other", "", apply(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`)), "pods", "deployments", -1)},
 }
 
 // reportPercentiles reports the median and p99 of the iterations.
@@ -56,7 +58,7 @@ func BenchmarkMAPEvaluate(b *testing.B) {
 			}
 			defer p.Close(ctx)
 			req := r.admissionRequest(b)
-			if res, err := p.Validate(ctx, req); err != nil || res.Patch == nil {
+			if res, err := p.Validate(ctx, req); err != nil || (res.Patch == nil) != (bc.name == "unmatched") {
 				b.Fatalf("warm-up: %v (patch %s)", err, res.Patch)
 			}
 			d := make([]time.Duration, 0, b.N)
@@ -74,7 +76,7 @@ func BenchmarkMAPEvaluate(b *testing.B) {
 		})
 		b.Run(bc.name+"/native", func(b *testing.B) {
 			ref := newReference(b, bc.settings, []string{r.namespace})
-			if o := ref.evaluate(b, r); o.Object == "" {
+			if o := ref.evaluate(b, r); (o.Object == "") != (bc.name == "unmatched") {
 				b.Fatalf("warm-up: %s", o)
 			}
 			d := make([]time.Duration, 0, b.N)

@@ -47,9 +47,10 @@ func encodeSchema(s *schema.Schema) ([]byte, error) {
 }
 
 var builtinConverter struct {
-	once sync.Once
-	tc   managedfields.TypeConverter
-	err  error
+	once   sync.Once
+	tc     managedfields.TypeConverter
+	parser *typed.Parser // the schema tc uses (read by mergeSchema)
+	err    error
 }
 
 // builtinTypeConverter returns the type converter of the built-in types,
@@ -61,6 +62,7 @@ func builtinTypeConverter(sch *runtime.Scheme) (managedfields.TypeConverter, err
 			builtinConverter.err = err
 			return
 		}
+		builtinConverter.parser = p
 		builtinConverter.tc = managedfields.NewSchemeTypeConverter(sch, p)
 	})
 	return builtinConverter.tc, builtinConverter.err

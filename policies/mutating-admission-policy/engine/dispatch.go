@@ -46,7 +46,9 @@ func (e *Engine) message(pe policyError) string {
 }
 
 // dispatch returns the object after the mutations (nil when there is no
-// object), or a status error that rejects the request.
+// object), or a status error that rejects the request. On the fast path a
+// mutated object is returned in its canonicalObject, which carries its
+// encoding.
 //
 // With a non-nil fast state, the versioned objects are wrapped in
 // canonicalObjects (see canonical.go); the caller must redo the dispatch
@@ -83,6 +85,8 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 		if fast != nil {
 			versioned.VersionedObject = wrapTyped(versioned.VersionedObject, fast)
 			versioned.VersionedOldObject = wrapTyped(versioned.VersionedOldObject, fast)
+			fast.request = newRequestInput(attr, matchGVR, matchGVK)
+			fast.object, _ = versioned.VersionedObject.(*canonicalObject)
 		}
 		params, err := e.collectParams(attr.GetNamespace())
 		if err != nil {
@@ -107,7 +111,15 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 			if e.evaluator.compiler != nil {
 				ictx = e.evaluator.compiler.CreateContext(ctx)
 			}
-			if e.evaluator.matcher != nil {
+			if fast != nil && e.evaluator.matcher != nil {
+				matches, ok := e.fastMatch(ictx, versioned, param, fast)
+				if !ok {
+					return nil // redone on the exact path
+				}
+				if !matches {
+					continue
+				}
+			} else if e.evaluator.matcher != nil {
 				res := e.evaluator.matcher.Match(ictx, versioned, param, e.authorizer)
 				if res.Error != nil {
 					errs = append(errs, policyError{binding: true, err: res.Error, reason: metav1.StatusReasonInvalid})
@@ -117,11 +129,14 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 					continue
 				}
 			}
-			for _, patcher := range e.evaluator.patchers {
+			for i, patcher := range e.evaluator.patchers {
 				if versioned.VersionedObject == nil {
 					continue
 				}
-				err := e.patchOne(ictx, patcher, versioned, namespace, matchGVR, plugincel.OptionalVariableBindings{VersionedParams: param, Authorizer: e.authorizer}, fast)
+				err := e.patchOne(ictx, patcher, &e.evaluator.mutations[i], versioned, namespace, matchGVR, plugincel.OptionalVariableBindings{VersionedParams: param, Authorizer: e.authorizer}, fast)
+				if fast != nil && fast.failed {
+					return nil // redone on the exact path
+				}
 				if err != nil {
 					var se *apierrors.StatusError
 					if errors.As(err, &se) {
@@ -132,7 +147,10 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 			}
 		}
 		if versioned.VersionedObject != nil && versioned.Dirty {
-			result = unwrap(versioned.VersionedObject)
+			result = versioned.VersionedObject
+			if fast == nil {
+				result = unwrap(result)
+			}
 		}
 		return nil
 	}
@@ -157,7 +175,7 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 }
 
 // patchOne is the mutating dispatcher's dispatchOne.
-func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, versioned *admission.VersionedAttributes, namespace *corev1.Namespace, resource schema.GroupVersionResource, vars plugincel.OptionalVariableBindings, fast *fastState) error {
+func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, mutation *compiledMutation, versioned *admission.VersionedAttributes, namespace *corev1.Namespace, resource schema.GroupVersionResource, vars plugincel.OptionalVariableBindings, fast *fastState) error {
 	tc := e.types.GetTypeConverter(versioned.VersionedKind)
 	if _, wrapped := versioned.VersionedObject.(*canonicalObject); wrapped && tc != nil {
 		tc = canonicalConverter{tc}
@@ -170,16 +188,37 @@ func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, versioned 
 		Namespace:           namespace,
 		TypeConverter:       tc,
 	}
-	obj, err := patcher.Patch(ctx, req, celconfig.RuntimeCELCostBudget)
-	if err != nil {
-		return err
+	var obj runtime.Object
+	if fast != nil {
+		var ok bool
+		if obj, ok = e.fastPatch(ctx, mutation, req, fast); !ok {
+			return nil // fast.failed is set: the caller stops
+		}
+	} else {
+		var err error
+		if obj, err = patcher.Patch(ctx, req, celconfig.RuntimeCELCostBudget); err != nil {
+			return err
+		}
 	}
 	// A JSONPatch whose test failed returns the object it was given.
 	obj = unwrap(obj)
 	if _, ok := versioned.VersionedObject.(*unstructured.Unstructured); !ok {
-		obj, err = e.objects.GetObjectConvertor().ConvertToVersion(obj, versioned.GetKind().GroupVersion())
-		if err != nil {
-			return err
+		u, isUnstructured := obj.(*unstructured.Unstructured)
+		if fast != nil && isUnstructured {
+			// An apply configuration's result: ConvertToVersion would
+			// convert it by reflection; typedFromUnstructured gives the same
+			// object through JSON, or declines.
+			var ok bool
+			if obj, ok = e.typedFromUnstructured(u, versioned.VersionedKind, versioned.GetKind()); !ok {
+				fast.failed = true
+				return nil
+			}
+		} else {
+			var err error
+			obj, err = e.objects.GetObjectConvertor().ConvertToVersion(obj, versioned.GetKind().GroupVersion())
+			if err != nil {
+				return err
+			}
 		}
 	}
 	e.objects.GetObjectDefaulter().Default(obj)

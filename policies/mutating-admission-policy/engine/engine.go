@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,7 +35,19 @@ type Engine struct {
 	// failFast makes every fast evaluation report a failed conversion, to
 	// test the rerun on the exact path.
 	failFast bool
+	// fallbacks counts the evaluations the fast path handed to the exact
+	// path (a pointer: tests copy the Engine to compare the paths).
+	fallbacks *atomic.Int64
+	// declines counts the mutations the fast path ran through the
+	// apiserver's patch code because fastApply or applyJSONPatchOps declined
+	// them (same results, more time); tests check the common cases avoid it.
+	declines *atomic.Int64
 }
+
+// Fallbacks is how many evaluations the fast path could not vouch for and
+// redid on the exact path (evaluation errors, rejections and the rare
+// conversions it declines); see fasteval.go.
+func (e *Engine) Fallbacks() int64 { return e.fallbacks.Load() }
 
 // Result is the outcome of one evaluation.
 type Result struct {
@@ -81,6 +94,8 @@ func New(s *Settings) (*Engine, error) {
 		types:            newTypeConverters(sch),
 		objects:          admission.NewObjectInterfacesFromScheme(sch),
 		scheme:           sch,
+		fallbacks:        new(atomic.Int64),
+		declines:         new(atomic.Int64),
 	}
 	return e, nil
 }
@@ -131,12 +146,13 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	}
 	if fast != nil && fast.failed {
 		// Something the fast path cannot vouch for: redo it all exactly.
+		e.fallbacks.Add(1)
 		mutated, se = e.dispatch(ctx, attr, nil)
 	}
 	if se != nil {
 		return &Result{Message: se.ErrStatus.Message, Code: se.ErrStatus.Code}, nil
 	}
-	if obj == nil || mutated == nil || mutated == obj {
+	if obj == nil || mutated == nil || unwrap(mutated) == obj {
 		// No mutation ran (nothing matched, or the conditions were false).
 		return &Result{Accepted: true}, nil
 	}
@@ -144,11 +160,15 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	// JSONPatch test). Compare the encodings, as the apiserver would store them.
 	// The evaluators never modify the object they are given (they return
 	// new ones), so obj is still the request's object as decoded.
-	before, err := json.Marshal(obj)
+	var original runtime.Object = obj
+	if fast != nil && !fast.failed && fast.object != nil && fast.object.typed == obj {
+		original = fast.object
+	}
+	before, err := encode(original)
 	if err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
 	}
-	after, err := json.Marshal(mutated)
+	after, err := encode(mutated)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the mutated object: %w", err)
 	}
