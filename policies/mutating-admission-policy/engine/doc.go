@@ -19,6 +19,12 @@
 // apiserver's chain: system:masters, then RBAC over the settings' rbac objects,
 // with ClusterRole aggregation applied).
 //
+// Each request is evaluated first on a fast path (fasteval.go: a lazy CEL
+// activation, fastApply, applyJSONPatchOps, conversions through the typed
+// JSON encoding) that uses the same compiled programs and vouches only for
+// successful outcomes it reproduces exactly; anything else, errors
+// included, is redone on the apiserver's code above (see RATIONALE.md).
+//
 // It must NOT know about Wasm, waPC or the host: the guest in the parent
 // package wraps it, and it runs natively in tests and benchmarks.
 package engine
