@@ -744,3 +744,43 @@ func BenchmarkEncodeUnstructured(b *testing.B) {
 		}
 	})
 }
+
+// TestUnstructuredConcurrent: the codec is safe for concurrent use (the
+// encoder's size hint is shared), on objects of different sizes.
+func TestUnstructuredConcurrent(t *testing.T) {
+	big, err := refDecodeUnstructured(ujsonPod(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := []map[string]any{big, {"a": int64(1)}, {"s": strings.Repeat("<x>", 3000)}, {}}
+	want := make([][]byte, len(objs))
+	for i, o := range objs {
+		if want[i], err = json.Marshal(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := range 200 {
+				k := (g + i) % len(objs)
+				b, ok := encodeUnstructured(objs[k])
+				if !ok || !bytes.Equal(b, want[k]) {
+					errs <- fmt.Errorf("goroutine %d: encoding %d differs: %s", g, k, b)
+					return
+				}
+				m, ok := decodeUnstructured(b)
+				if !ok || !reflect.DeepEqual(m, objs[k]) {
+					errs <- fmt.Errorf("goroutine %d: decoding %d differs", g, k)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
