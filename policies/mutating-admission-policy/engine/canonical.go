@@ -113,7 +113,10 @@ func (c *canonicalObject) UnstructuredContent() map[string]any {
 		if jsonRoundTripExact(reflect.TypeOf(c.typed)) {
 			var b []byte
 			if b, err = c.MarshalJSON(); err == nil {
-				err = sigsjson.UnmarshalCaseSensitivePreserveInts(b, &u)
+				var ok bool
+				if u, ok = decodeUnstructured(b); !ok {
+					err = sigsjson.UnmarshalCaseSensitivePreserveInts(b, &u)
+				}
 			}
 		} else {
 			u, err = runtime.DefaultUnstructuredConverter.ToUnstructured(c.typed)
@@ -256,7 +259,7 @@ func (e *Engine) typedFromUnstructured(u *unstructured.Unstructured, kind, targe
 	if err != nil || !jsonRoundTripExact(reflect.TypeOf(obj)) {
 		return nil, false
 	}
-	b, err := json.Marshal(u.Object)
+	b, err := marshalUnstructured(u.Object)
 	if err != nil {
 		return nil, false
 	}
@@ -265,4 +268,13 @@ func (e *Engine) typedFromUnstructured(u *unstructured.Unstructured, kind, targe
 	}
 	obj.GetObjectKind().SetGroupVersionKind(kind)
 	return obj, true
+}
+
+// marshalUnstructured is json.Marshal of unstructured content, by
+// encodeUnstructured when it can (the same bytes, without reflection).
+func marshalUnstructured(content map[string]any) ([]byte, error) {
+	if b, ok := encodeUnstructured(content); ok {
+		return b, nil
+	}
+	return json.Marshal(content)
 }

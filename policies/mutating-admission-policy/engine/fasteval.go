@@ -413,7 +413,7 @@ func (e *Engine) decodePatched(content map[string]any, versioned *admission.Vers
 	if content["apiVersion"] != apiVersion || content["kind"] != kindName {
 		return nil, false
 	}
-	b, err := gojson.Marshal(content)
+	b, err := marshalUnstructured(content)
 	if err != nil {
 		return nil, false
 	}

@@ -104,12 +104,18 @@ func opValue(val ref.Val) (any, bool) {
 	case types.Double:
 		return fromJSONNumber(float64(v))
 	case *dynamic.ObjectVal:
-		if v.CheckTypeNamesMatchFieldPathNames() != nil {
+		// CheckTypeNamesMatchFieldPathNames and ConvertToNative(map), in
+		// one walk each (fastobject.go).
+		if !typeNamesMatch(v, v.Type().TypeName()) {
 			return nil, false
 		}
-		native, err := v.ConvertToNative(mapType)
-		if err != nil {
-			return nil, false
+		native, ok := objectToMap(v)
+		if !ok {
+			n, err := v.ConvertToNative(mapType)
+			if err != nil {
+				return nil, false
+			}
+			return fromNative(n)
 		}
 		return fromNative(native)
 	}

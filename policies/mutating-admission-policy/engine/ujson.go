@@ -1,0 +1,627 @@
+package engine
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Reflection-free JSON for unstructured content.
+//
+// The evaluation decodes typed objects' encodings into unstructured content
+// (sigs.k8s.io/json, integers preserved) and encodes unstructured content
+// (encoding/json) to decode it into typed objects. Both libraries work by
+// reflection, which is slow in Wasm. decodeUnstructured and
+// encodeUnstructured give the same results for the values unstructured
+// content is made of, and decline (ok=false) whatever they are not sure of:
+// the caller then uses the library. The rules they reproduce:
+//
+// Decoding (sigs.k8s.io/json's copy of encoding/json, with PreserveInts):
+//   - the whole input must be one JSON value (RFC 8259 grammar; whitespace is
+//     space, tab, CR, LF), else the library refuses it; here the value must
+//     also be an object (a top-level null leaves the map nil, other values
+//     are type errors: declined);
+//   - a number without '.' that strconv.ParseInt accepts is an int64 (so -0
+//     is int64 0, 1e3 and 9223372036854775808 are float64); any other is
+//     strconv.ParseFloat's float64, and a float out of range is an error;
+//   - strings: the escapes \" \\ \/ \b \f \n \r \t \uXXXX; a \u surrogate
+//     pair is one rune, any other \u surrogate is U+FFFD; each byte of
+//     invalid UTF-8 is U+FFFD; a control character (< 0x20) is an error;
+//   - objects are non-nil maps, arrays non-nil slices, duplicate keys: the
+//     last wins;
+//   - nesting deeper than 10000 is an error (declined here from 1000 on).
+//
+// Encoding (encoding/json.Marshal):
+//   - map keys sorted bytewise, nil maps and slices are null;
+//   - strings HTML-safe: " \ and the control characters \b \f \n \r \t
+//     escaped short, other control characters, <, > and & as \u00xx (lower
+//     case hex), U+2028 and U+2029 as \u2028 and \u2029, each byte of
+//     invalid UTF-8 as \ufffd;
+//   - int64 in decimal; float64 as strconv's shortest 'f' format, or 'e'
+//     below 1e-6 or from 1e21 on (absolute value) with a one-digit negative
+//     exponent written e-7, not e-07; NaN and infinities are errors
+//     (declined);
+//   - any other Go type is declined (encoding/json would use reflection on
+//     it), and so is nesting deeper than 1000 (encoding/json's cycle check
+//     starts there).
+
+const ujsonMaxDepth = 1000
+
+// decodeUnstructured decodes a JSON object into unstructured content
+// exactly as sigsjson.UnmarshalCaseSensitivePreserveInts(b, &m) with m a
+// nil map[string]any does. ok=false for anything else, including every
+// input sigsjson rejects and a top-level null.
+func decodeUnstructured(b []byte) (m map[string]any, ok bool) {
+	d := udecoder{s: string(b), members: make([]umember, 0, 32), elems: make([]any, 0, 16)}
+	d.skipSpace()
+	if d.i >= len(d.s) || d.s[d.i] != '{' {
+		return nil, false
+	}
+	v, ok := d.object(0)
+	if !ok {
+		return nil, false
+	}
+	d.skipSpace()
+	if d.i != len(d.s) {
+		return nil, false
+	}
+	return v, true
+}
+
+// udecoder reads JSON from s, a copy of the input: strings without escapes
+// are substrings of it, without a copy of their own.
+type udecoder struct {
+	s string
+	i int
+	// members and elems are stacks of the members of the objects and the
+	// elements of the arrays being decoded, so that each map and slice is
+	// made once at its final size.
+	members []umember
+	elems   []any
+	// buf holds unescaped strings.
+	buf []byte
+}
+
+type umember struct {
+	k string
+	v any
+}
+
+func (d *udecoder) skipSpace() {
+	for d.i < len(d.s) {
+		switch d.s[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// value decodes the value at d.i (spaces skipped).
+func (d *udecoder) value(depth int) (any, bool) {
+	if d.i >= len(d.s) {
+		return nil, false
+	}
+	switch c := d.s[d.i]; {
+	case c == '"':
+		return d.str()
+	case c == '{':
+		m, ok := d.object(depth)
+		return m, ok
+	case c == '[':
+		return d.array(depth)
+	case c == '-' || '0' <= c && c <= '9':
+		return d.number()
+	case c == 't':
+		return true, d.literal("true")
+	case c == 'f':
+		return false, d.literal("false")
+	case c == 'n':
+		return nil, d.literal("null")
+	}
+	return nil, false
+}
+
+func (d *udecoder) literal(lit string) bool {
+	if len(d.s)-d.i < len(lit) || d.s[d.i:d.i+len(lit)] != lit {
+		return false
+	}
+	d.i += len(lit)
+	return true
+}
+
+// object decodes the object whose '{' is at d.i.
+func (d *udecoder) object(depth int) (map[string]any, bool) {
+	if depth >= ujsonMaxDepth {
+		return nil, false
+	}
+	d.i++
+	d.skipSpace()
+	if d.i < len(d.s) && d.s[d.i] == '}' {
+		d.i++
+		return map[string]any{}, true
+	}
+	base := len(d.members)
+	for {
+		if d.i >= len(d.s) || d.s[d.i] != '"' {
+			return nil, false
+		}
+		k, ok := d.str()
+		if !ok {
+			return nil, false
+		}
+		d.skipSpace()
+		if d.i >= len(d.s) || d.s[d.i] != ':' {
+			return nil, false
+		}
+		d.i++
+		d.skipSpace()
+		v, ok := d.value(depth + 1)
+		if !ok {
+			return nil, false
+		}
+		d.members = append(d.members, umember{k, v})
+		d.skipSpace()
+		if d.i >= len(d.s) {
+			return nil, false
+		}
+		c := d.s[d.i]
+		d.i++
+		if c == ',' {
+			d.skipSpace()
+			continue
+		}
+		if c != '}' {
+			return nil, false
+		}
+		break
+	}
+	members := d.members[base:]
+	m := make(map[string]any, len(members))
+	for i := range members {
+		m[members[i].k] = members[i].v
+		members[i] = umember{}
+	}
+	d.members = d.members[:base]
+	return m, true
+}
+
+// array decodes the array whose '[' is at d.i.
+func (d *udecoder) array(depth int) ([]any, bool) {
+	if depth >= ujsonMaxDepth {
+		return nil, false
+	}
+	d.i++
+	d.skipSpace()
+	if d.i < len(d.s) && d.s[d.i] == ']' {
+		d.i++
+		return []any{}, true
+	}
+	base := len(d.elems)
+	for {
+		v, ok := d.value(depth + 1)
+		if !ok {
+			return nil, false
+		}
+		d.elems = append(d.elems, v)
+		d.skipSpace()
+		if d.i >= len(d.s) {
+			return nil, false
+		}
+		c := d.s[d.i]
+		d.i++
+		if c == ',' {
+			d.skipSpace()
+			continue
+		}
+		if c != ']' {
+			return nil, false
+		}
+		break
+	}
+	a := make([]any, len(d.elems)-base)
+	copy(a, d.elems[base:])
+	clear(d.elems[base:])
+	d.elems = d.elems[:base]
+	return a, true
+}
+
+// strPlain[c] is true for the ASCII bytes that stand for themselves in a
+// JSON string.
+var strPlain = func() (t [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// str decodes the string whose '"' is at d.i.
+func (d *udecoder) str() (string, bool) {
+	start := d.i + 1
+	i := start
+	for i < len(d.s) {
+		c := d.s[i]
+		if strPlain[c] {
+			i++
+			continue
+		}
+		switch {
+		case c == '"':
+			d.i = i + 1
+			return d.s[start:i], true
+		case c == '\\' || c < ' ':
+			return d.strSlow(start, i)
+		default:
+			r, size := utf8.DecodeRuneInString(d.s[i:])
+			if r == utf8.RuneError && size == 1 {
+				return d.strSlow(start, i)
+			}
+			i += size
+		}
+	}
+	return "", false
+}
+
+// strSlow decodes a string that needs unescaping or replacements, from i,
+// the first such byte, on.
+func (d *udecoder) strSlow(start, i int) (string, bool) {
+	b := append(d.buf[:0], d.s[start:i]...)
+	for i < len(d.s) {
+		c := d.s[i]
+		switch {
+		case c == '"':
+			d.i = i + 1
+			d.buf = b
+			return string(b), true
+		case c < ' ':
+			return "", false
+		case c == '\\':
+			if i+1 >= len(d.s) {
+				return "", false
+			}
+			switch d.s[i+1] {
+			case '"', '\\', '/':
+				b = append(b, d.s[i+1])
+			case 'b':
+				b = append(b, '\b')
+			case 'f':
+				b = append(b, '\f')
+			case 'n':
+				b = append(b, '\n')
+			case 'r':
+				b = append(b, '\r')
+			case 't':
+				b = append(b, '\t')
+			case 'u':
+				r := hex4(d.s, i+2)
+				if r < 0 {
+					return "", false
+				}
+				i += 6
+				if utf16.IsSurrogate(r) {
+					var r2 rune = -1
+					if i+1 < len(d.s) && d.s[i] == '\\' && d.s[i+1] == 'u' {
+						r2 = hex4(d.s, i+2)
+					}
+					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+						b = utf8.AppendRune(b, dec)
+						i += 6
+						continue
+					}
+					r = utf8.RuneError
+				}
+				b = utf8.AppendRune(b, r)
+				continue
+			default:
+				return "", false
+			}
+			i += 2
+		case c < utf8.RuneSelf:
+			b = append(b, c)
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(d.s[i:])
+			b = utf8.AppendRune(b, r) // U+FFFD for each invalid byte
+			i += size
+		}
+	}
+	return "", false
+}
+
+// hex4 is the value of the 4 hex digits at s[i:], or -1.
+func hex4(s string, i int) rune {
+	if len(s)-i < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range []byte(s[i : i+4]) {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// number decodes the number at d.i.
+func (d *udecoder) number() (any, bool) {
+	s := d.s
+	start := d.i
+	i := start
+	neg := false
+	if s[i] == '-' {
+		neg = true
+		i++
+	}
+	if i >= len(s) {
+		return nil, false
+	}
+	digits := i
+	switch c := s[i]; {
+	case c == '0':
+		i++
+	case '1' <= c && c <= '9':
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
+		}
+	default:
+		return nil, false
+	}
+	intEnd := i
+	dot, exp := false, false
+	if i < len(s) && s[i] == '.' {
+		dot = true
+		i++
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return nil, false
+		}
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		exp = true
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if i >= len(s) || s[i] < '0' || s[i] > '9' {
+			return nil, false
+		}
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
+		}
+	}
+	d.i = i
+	lit := s[start:i]
+	if !dot {
+		if !exp && intEnd-digits <= 18 {
+			// At most 18 digits: no overflow, the value ParseInt gives.
+			var n int64
+			for _, c := range []byte(s[digits:intEnd]) {
+				n = n*10 + int64(c-'0')
+			}
+			if neg {
+				n = -n
+			}
+			return n, true
+		}
+		if n, err := strconv.ParseInt(lit, 10, 64); err == nil {
+			return n, true
+		}
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return nil, false
+	}
+	return f, true
+}
+
+// encodeUnstructured is encoding/json.Marshal(v) for unstructured content
+// (map[string]any, []any, string, bool, int64, float64, nil, nested), byte
+// for byte. ok=false for any other Go type, NaN and infinities, and nesting
+// deeper than 1000.
+func encodeUnstructured(v map[string]any) (b []byte, ok bool) {
+	e := uencoder{b: make([]byte, 0, encodeSizeHint.Load()+64), members: make([]umember, 0, 64)}
+	if !e.object(v, 0) {
+		return nil, false
+	}
+	encodeSizeHint.Store(int64(min(len(e.b), 1<<20)))
+	return e.b, true
+}
+
+// encodeSizeHint is the size of the last encoding, the capacity the next
+// one starts with (objects of one kind are encoded over and over).
+var encodeSizeHint atomic.Int64
+
+type uencoder struct {
+	b []byte
+	// members is a stack of the members of the maps being encoded, sorted.
+	members []umember
+}
+
+func (e *uencoder) value(v any, depth int) bool {
+	switch x := v.(type) {
+	case nil:
+		e.b = append(e.b, "null"...)
+	case string:
+		e.b = appendJSONString(e.b, x)
+	case bool:
+		if x {
+			e.b = append(e.b, "true"...)
+		} else {
+			e.b = append(e.b, "false"...)
+		}
+	case int64:
+		e.b = strconv.AppendInt(e.b, x, 10)
+	case float64:
+		return e.float(x)
+	case map[string]any:
+		return e.object(x, depth)
+	case []any:
+		return e.array(x, depth)
+	default:
+		return false
+	}
+	return true
+}
+
+func (e *uencoder) object(m map[string]any, depth int) bool {
+	if m == nil {
+		e.b = append(e.b, "null"...)
+		return true
+	}
+	if depth >= ujsonMaxDepth {
+		return false
+	}
+	base := len(e.members)
+	for k, v := range m {
+		e.members = append(e.members, umember{k, v})
+	}
+	end := len(e.members)
+	sortMembers(e.members[base:end])
+	e.b = append(e.b, '{')
+	for i := base; i < end; i++ {
+		if i > base {
+			e.b = append(e.b, ',')
+		}
+		e.b = appendJSONString(e.b, e.members[i].k)
+		e.b = append(e.b, ':')
+		if !e.value(e.members[i].v, depth+1) {
+			return false
+		}
+	}
+	e.b = append(e.b, '}')
+	clear(e.members[base:end])
+	e.members = e.members[:base]
+	return true
+}
+
+// sortMembers sorts members by key, bytewise (keys are distinct).
+func sortMembers(ms []umember) {
+	if len(ms) > 12 {
+		slices.SortFunc(ms, func(a, b umember) int { return strings.Compare(a.k, b.k) })
+		return
+	}
+	for i := 1; i < len(ms); i++ {
+		for j := i; j > 0 && ms[j].k < ms[j-1].k; j-- {
+			ms[j], ms[j-1] = ms[j-1], ms[j]
+		}
+	}
+}
+
+func (e *uencoder) array(a []any, depth int) bool {
+	if a == nil {
+		e.b = append(e.b, "null"...)
+		return true
+	}
+	if depth >= ujsonMaxDepth {
+		return false
+	}
+	e.b = append(e.b, '[')
+	for i, v := range a {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		if !e.value(v, depth+1) {
+			return false
+		}
+	}
+	e.b = append(e.b, ']')
+	return true
+}
+
+func (e *uencoder) float(f float64) bool {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return false
+	}
+	abs := math.Abs(f)
+	format := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b := strconv.AppendFloat(e.b, f, format, -1, 64)
+	if format == 'e' {
+		// e-07 -> e-7
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	e.b = b
+	return true
+}
+
+// jsonSafe[c] is true for the ASCII bytes encoding/json writes as they are
+// with HTML escaping on.
+var jsonSafe = func() (t [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
+
+const lowerHex = "0123456789abcdef"
+
+// appendJSONString appends s quoted as encoding/json does (HTML-safe).
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if jsonSafe[c] {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', lowerHex[c>>4], lowerHex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', lowerHex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
