@@ -255,19 +255,15 @@ func (e *Engine) typedFromUnstructured(u *unstructured.Unstructured, kind, targe
 	if u.GroupVersionKind() != kind || kind != target {
 		return nil, false
 	}
-	obj, err := e.scheme.New(kind)
-	if err != nil || !jsonRoundTripExact(reflect.TypeOf(obj)) {
+	if t, ok := e.scheme.AllKnownTypes()[kind]; !ok || !jsonRoundTripExact(reflect.PointerTo(t)) {
 		return nil, false
 	}
 	b, err := marshalUnstructured(u.Object)
 	if err != nil {
 		return nil, false
 	}
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(b, obj); err != nil {
-		return nil, false
-	}
-	obj.GetObjectKind().SetGroupVersionKind(kind)
-	return obj, true
+	obj, err := e.decodeTyped(b, kind)
+	return obj, err == nil
 }
 
 // marshalUnstructured is json.Marshal of unstructured content, by

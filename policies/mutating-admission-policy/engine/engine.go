@@ -189,15 +189,7 @@ func (e *Engine) decodeObject(raw json.RawMessage, gvk schema.GroupVersionKind) 
 		return nil, nil
 	}
 	if e.scheme.Recognizes(gvk) {
-		obj, err := e.scheme.New(gvk)
-		if err != nil {
-			return nil, err
-		}
-		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, obj); err != nil {
-			return nil, err
-		}
-		obj.GetObjectKind().SetGroupVersionKind(gvk)
-		return obj, nil
+		return e.decodeTyped(raw, gvk)
 	}
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(raw); err != nil {
@@ -205,4 +197,19 @@ func (e *Engine) decodeObject(raw json.RawMessage, gvk schema.GroupVersionKind) 
 	}
 	u.SetGroupVersionKind(gvk)
 	return u, nil
+}
+
+// decodeTyped decodes JSON into a new typed object of kind gvk, as the
+// apiserver's JSON decoding does (case-sensitive, integers kept), and sets
+// its kind.
+func (e *Engine) decodeTyped(raw []byte, gvk schema.GroupVersionKind) (runtime.Object, error) {
+	obj, err := e.scheme.New(gvk)
+	if err != nil {
+		return nil, err
+	}
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, obj); err != nil {
+		return nil, err
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	return obj, nil
 }
