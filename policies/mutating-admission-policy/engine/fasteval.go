@@ -221,6 +221,11 @@ func (e *Engine) fastMatch(ctx context.Context, versioned *admission.VersionedAt
 		cctx:      e.evaluator.compiler.CreateContext(ctx),
 		fast:      fast,
 	}
+	// The apiserver evaluates every condition before it looks at the
+	// results (a later condition exhausting the budget makes the whole
+	// match an error even after a false one), so all are evaluated here
+	// too, and any of them that is not a plain true or false hands the
+	// request to the exact path.
 	budget := int64(runtimeCELCostBudgetMatchConditions)
 	matches = true
 	for i := range e.evaluator.conditions {
@@ -229,12 +234,11 @@ func (e *Engine) fastMatch(ctx context.Context, versioned *admission.VersionedAt
 		if !ok {
 			return false, false
 		}
-		if val == types.False {
-			// The matcher stops at the first false condition, but the ones
-			// before must not have errored and those after do not run.
-			return false, true
-		}
-		if val != types.True {
+		switch val {
+		case types.False:
+			matches = false
+		case types.True:
+		default:
 			fast.failed = true
 			return false, false
 		}

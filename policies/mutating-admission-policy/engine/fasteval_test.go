@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -69,4 +70,18 @@ func TestFastPathTaken(t *testing.T) {
 			t.Fatalf("accepted=%v fallbacks=%d, want a rejection from the exact path", res.Accepted, e.Fallbacks())
 		}
 	})
+}
+
+// TestFastMatchEvaluatesEveryCondition: the apiserver evaluates all match
+// conditions before looking at them, so conditions after a false one that
+// exhaust the match-conditions budget make the match an error (rejected
+// with failurePolicy Fail), not a non-match. The fast path must not stop at
+// the false one.
+func TestFastMatchEvaluatesEveryCondition(t *testing.T) {
+	list := "[" + strings.TrimSuffix(strings.Repeat("1,", 60), ",") + "]"
+	heavy := list + ".all(x, " + list + ".all(y, " + list + ".all(z, z == 1)))"
+	settings := policy("  matchConditions:\n  - {name: never, expression: 'false'}\n"+
+		"  - {name: h1, expression: '"+heavy+"'}\n  - {name: h2, expression: '"+heavy+"'}\n"+
+		"  - {name: h3, expression: '"+heavy+"'}\n  - {name: h4, expression: '"+heavy+"'}\n  failurePolicy: Fail", setReplicas5, "")
+	check(t, compile(t, settings), req{object: deployment}, want{reject: "running out of cost budget"})
 }
