@@ -489,10 +489,10 @@ func (f *fuzzBytes) n(k int) int {
 var (
 	patchFuzzKeys    = []string{"a", "b", "a/b", "c~d", "~1", "0", "1", "-", "", "metadata", "x y", "<&>"}
 	patchFuzzStrings = []string{"", "a", "b", "<b>", "é", "a\"b", "1", "\n"}
-	fuzzInts    = []int64{0, 1, -1, 2, 3, 1 << 53, -(1 << 53), 1 << 62, -5}
-	fuzzFloats  = []float64{1.5, -2.25, 1e-7, 0.1, 1e19, 2.5e-300}
-	fuzzTokens  = []string{"a", "b", "a~1b", "c~0d", "~01", "0", "1", "2", "3", "01", "-1", "-", "", "~2", "~", "é", "x y", "apiVersion", "kind", "metadata", "%7e"}
-	fuzzOps     = []string{"add", "remove", "replace", "test", "move", "copy", "add", "replace", "test", "bogus"}
+	fuzzInts         = []int64{0, 1, -1, 2, 3, 1 << 53, -(1 << 53), 1 << 62, -5}
+	fuzzFloats       = []float64{1.5, -2.25, 1e-7, 0.1, 1e19, 2.5e-300}
+	fuzzTokens       = []string{"a", "b", "a~1b", "c~0d", "~01", "0", "1", "2", "3", "01", "-1", "-", "", "~2", "~", "é", "x y", "apiVersion", "kind", "metadata", "%7e"}
+	fuzzOps          = []string{"add", "remove", "replace", "test", "move", "copy", "add", "replace", "test", "bogus"}
 )
 
 // value generates a value in decoded form; forOp keeps to what

@@ -23,10 +23,10 @@ func TestObjectValue(t *testing.T) {
 		{`Object{metadata: Object.metadata{annotations: {}, finalizers: []}}`, true},
 		{`Object{metadata: Object.metadata{labels: {"a": "b"}, finalizers: ["x", "y"]}}`, true},
 		{`Object{spec: Object.spec{x: 1.5}}`, true},
-		{`Object{spec: Object.metadata{replicas: 3}}`, false},                 // wrong type name: the apiserver's type mismatch
-		{`Object{spec: Object.spec{template: Object.spec{}}}`, false},         // wrong nested type name
+		{`Object{spec: Object.metadata{replicas: 3}}`, false},                        // wrong type name: the apiserver's type mismatch
+		{`Object{spec: Object.spec{template: Object.spec{}}}`, false},                // wrong nested type name
 		{`Object{metadata: Object.metadata{labels: object.metadata.labels}}`, false}, // a value from the object: declined
-		{`Object{metadata: Object.metadata{labels: {1: "b"}}}`, false},         // not a string key
+		{`Object{metadata: Object.metadata{labels: {1: "b"}}}`, false},               // not a string key
 		{`Object{spec: Object.spec{x: null}}`, false},
 		{`Object{spec: Object.spec{x: b"bytes"}}`, false},
 	} {
