@@ -56,6 +56,14 @@ const (
 
 // lazyActivation is the apiserver's evaluationActivation with every variable
 // computed on first use.
+//
+// The apiserver converts every variable up front and fails the evaluation
+// if a conversion fails, even for a variable no expression reads. Here the
+// inputs are typed objects decoded by the engine, parameter objects from
+// the settings, a Namespace and the AdmissionRequest built from the
+// request, whose conversions to unstructured do not fail; a conversion that
+// does fail when it is computed still marks the evaluation for the exact
+// path.
 type lazyActivation struct {
 	versioned *admission.VersionedAttributes
 	request   func() *admissionRequestInput
