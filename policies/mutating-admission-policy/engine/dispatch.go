@@ -112,8 +112,8 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 				ictx = e.evaluator.compiler.CreateContext(ctx)
 			}
 			if fast != nil && e.evaluator.matcher != nil {
-				matches, ok := e.fastMatch(ictx, versioned, param, fast)
-				if !ok {
+				matches := e.fastMatch(ictx, versioned, param, fast)
+				if fast.failed {
 					return nil // redone on the exact path
 				}
 				if !matches {
@@ -190,9 +190,8 @@ func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, mutation *
 	}
 	var obj runtime.Object
 	if fast != nil {
-		var ok bool
-		if obj, ok = e.fastPatch(ctx, mutation, req, fast); !ok {
-			return nil // fast.failed is set: the caller stops
+		if obj = e.fastPatch(ctx, mutation, req, fast); fast.failed {
+			return nil // the caller stops
 		}
 	} else {
 		var err error

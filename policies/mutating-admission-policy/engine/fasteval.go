@@ -2,31 +2,25 @@ package engine
 
 import (
 	"context"
-	gojson "encoding/json"
-	"errors"
 	"math"
 	"reflect"
-	"strconv"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
-	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	k8sjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/cel/library"
-	"k8s.io/apiserver/pkg/cel/mutation"
 	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
 	sigsjson "sigs.k8s.io/json"
 )
@@ -171,32 +165,32 @@ func (a *lazyActivation) Parent() interpreter.Activation { return nil }
 
 // evalProgram evaluates one compiled expression as the apiserver's
 // activation.Evaluate does on success, and returns the value and the budget
-// left. ok is false (and the fast state failed) for anything that is not a
-// plain success: the apiserver's evaluator reports those.
-func evalProgram(ctx context.Context, act *lazyActivation, res *plugincel.CompilationResult, budget int64) (ref.Val, int64, bool) {
-	if res.Error != nil || res.Program == nil || act.fast.failed {
+// left. Anything that is not a plain success marks the fast state failed
+// (the apiserver's evaluator reports those) and returns a nil value.
+func evalProgram(ctx context.Context, act *lazyActivation, res *plugincel.CompilationResult, budget int64) (ref.Val, int64) {
+	fail := func() (ref.Val, int64) {
 		act.fast.failed = true
-		return nil, -1, false
+		return nil, -1
+	}
+	if res.Error != nil || res.Program == nil || act.fast.failed {
+		return fail()
 	}
 	val, details, err := res.Program.ContextEval(ctx, act)
 	if act.cctx != nil {
 		cost := act.cctx.GetAndResetCost()
 		if cost > budget {
-			act.fast.failed = true
-			return nil, -1, false
+			return fail()
 		}
 		budget -= cost
 	}
 	if err != nil || details == nil || act.fast.failed {
-		act.fast.failed = true
-		return nil, -1, false
+		return fail()
 	}
 	cost := details.ActualCost()
 	if cost == nil || *cost > math.MaxInt64 || int64(*cost) > budget {
-		act.fast.failed = true
-		return nil, -1, false
+		return fail()
 	}
-	return val, budget - int64(*cost), true
+	return val, budget - int64(*cost)
 }
 
 // newRequestInput returns the request variable's content, converted once:
@@ -217,8 +211,9 @@ func newRequestInput(attr admission.Attributes, gvr schema.GroupVersionResource,
 // fastMatch evaluates the match conditions as the apiserver's matcher does,
 // for the outcomes without errors: all true (matches) or one false (does
 // not). The conditions share one activation and one composition context and
-// the match-conditions budget.
-func (e *Engine) fastMatch(ctx context.Context, versioned *admission.VersionedAttributes, param runtime.Object, fast *fastState) (matches, ok bool) {
+// the match-conditions budget. Any other outcome marks the fast state
+// failed.
+func (e *Engine) fastMatch(ctx context.Context, versioned *admission.VersionedAttributes, param runtime.Object, fast *fastState) bool {
 	// The matcher's attributes are the request's; its request variable uses
 	// the request's resource and the versioned kind.
 	act := &lazyActivation{
@@ -235,12 +230,11 @@ func (e *Engine) fastMatch(ctx context.Context, versioned *admission.VersionedAt
 	// too, and any of them that is not a plain true or false hands the
 	// request to the exact path.
 	budget := int64(runtimeCELCostBudgetMatchConditions)
-	matches = true
+	matches := true
 	for i := range e.evaluator.conditions {
 		var val ref.Val
-		val, budget, ok = evalProgram(act.cctx, act, &e.evaluator.conditions[i], budget)
-		if !ok {
-			return false, false
+		if val, budget = evalProgram(act.cctx, act, &e.evaluator.conditions[i], budget); fast.failed {
+			return false
 		}
 		switch val {
 		case types.False:
@@ -248,16 +242,16 @@ func (e *Engine) fastMatch(ctx context.Context, versioned *admission.VersionedAt
 		case types.True:
 		default:
 			fast.failed = true
-			return false, false
+			return false
 		}
 	}
-	return matches, true
+	return matches
 }
 
 // fastPatch runs one mutation (the patcher's expression, evaluated with a
 // lazy activation) and returns the patched object as the apiserver's patcher
-// would, or ok=false.
-func (e *Engine) fastPatch(ctx context.Context, m *compiledMutation, req patch.Request, fast *fastState) (runtime.Object, bool) {
+// would. Anything else marks the fast state failed.
+func (e *Engine) fastPatch(ctx context.Context, m *compiledMutation, req patch.Request, fast *fastState) runtime.Object {
 	act := &lazyActivation{
 		versioned: req.VersionedAttributes,
 		request:   fast.request,
@@ -267,152 +261,104 @@ func (e *Engine) fastPatch(ctx context.Context, m *compiledMutation, req patch.R
 		fast:      fast,
 	}
 	act.cctx, _ = ctx.(plugincel.CompositionContext)
-	val, _, ok := evalProgram(ctx, act, &m.result, runtimeCELCostBudget)
-	if !ok {
-		return nil, false
+	val, _ := evalProgram(ctx, act, &m.result, runtimeCELCostBudget)
+	if fast.failed {
+		return nil
 	}
+	var obj runtime.Object
 	switch m.kind {
 	case mutationApply:
-		return e.fastApplyConfiguration(val, req, fast)
+		obj = e.fastApplyConfiguration(val, req)
 	case mutationJSONPatch:
-		return e.fastJSONPatch(val, req, fast)
+		obj = e.fastJSONPatch(val, req)
 	}
-	fast.failed = true
-	return nil, false
+	if fast.failed {
+		return nil
+	}
+	if obj == nil {
+		// fastApply or applyJSONPatchOps declined: the apiserver's own
+		// patcher finishes the mutation from the value.
+		e.declines.Add(1)
+		newPatcher := patch.NewApplyConfigurationPatcher
+		if m.kind == mutationJSONPatch {
+			newPatcher = patch.NewJSONPatcher
+		}
+		var err error
+		if obj, err = newPatcher(evaluated{val}).Patch(ctx, req, runtimeCELCostBudget); err != nil {
+			fast.failed = true
+			return nil
+		}
+	}
+	return obj
 }
 
+// evaluated is a mutating evaluator whose expression the fast path has
+// already evaluated: it lets the apiserver's patchers finish a mutation.
+type evaluated struct{ val ref.Val }
+
+func (e evaluated) ForInput(context.Context, *admission.VersionedAttributes, *admissionv1.AdmissionRequest, plugincel.OptionalVariableBindings, *corev1.Namespace, int64) (plugincel.EvaluationResult, int64, error) {
+	return plugincel.EvaluationResult{EvalResult: e.val}, 0, nil
+}
+
+func (e evaluated) CompilationErrors() []error { return nil }
+
 // fastApplyConfiguration is the apply-configuration patcher after the
-// evaluation.
-func (e *Engine) fastApplyConfiguration(val ref.Val, req patch.Request, fast *fastState) (runtime.Object, bool) {
+// evaluation, for the values objectValue converts and the patches fastApply
+// merges; nil when one of them declines.
+func (e *Engine) fastApplyConfiguration(val ref.Val, req patch.Request) runtime.Object {
 	objVal, ok := val.(*dynamic.ObjectVal)
 	if !ok {
-		fast.failed = true
-		return nil, false
+		return nil
 	}
 	value, ok := objectValue(objVal)
 	if !ok {
-		fast.failed = true
-		return nil, false
+		return nil
 	}
 	obj := req.VersionedAttributes.VersionedObject
 	gvk := obj.GetObjectKind().GroupVersionKind()
+	live, ok := obj.(runtime.Unstructured)
+	if !ok || gvk != req.VersionedAttributes.VersionedKind {
+		return nil
+	}
+	s, root, ok := e.types.mergeSchema(gvk)
+	if !ok {
+		return nil
+	}
+	// The patcher sets the object's kind on the patch.
 	patchObject := &unstructured.Unstructured{Object: value}
 	patchObject.SetGroupVersionKind(gvk)
-	// fastApply merges like structured-merge-diff for the patches it can
-	// vouch for; the others (and every error) go through the apiserver's
-	// ApplyStructuredMergeDiff.
-	if live, ok := obj.(runtime.Unstructured); ok && gvk == req.VersionedAttributes.VersionedKind {
-		if s, root, ok := e.types.mergeSchema(gvk); ok {
-			if merged, ok := fastApply(s, root, live.UnstructuredContent(), patchObject.Object); ok {
-				return &unstructured.Unstructured{Object: merged}, !fast.failed
-			}
-		}
-	}
-	e.declines.Add(1)
-	patched, err := patch.ApplyStructuredMergeDiff(req.TypeConverter, obj, patchObject)
-	if err != nil {
-		fast.failed = true
-		return nil, false
-	}
-	return patched, true
-}
-
-// fastJSONPatch is the JSONPatch patcher after the evaluation: the same
-// operations, applied by the same library to the same encoding, decoded by
-// the same strict serializer.
-func (e *Engine) fastJSONPatch(val ref.Val, req patch.Request, fast *fastState) (runtime.Object, bool) {
-	fail := func() (runtime.Object, bool) {
-		fast.failed = true
-		return nil, false
-	}
-	versioned := req.VersionedAttributes
-	// The operations applied to the object's unstructured content
-	// (fastjsonpatch.go) when they can be vouched for, then the apiserver's
-	// strict decoding of the result.
-	if ops, ok := decodeJSONPatchOps(val); ok {
-		if live, ok := versioned.VersionedObject.(runtime.Unstructured); ok {
-			content := live.UnstructuredContent()
-			if fast.failed {
-				return nil, false
-			}
-			if out, testFailed, ok := applyJSONPatchOps(content, ops); ok {
-				if testFailed {
-					// A failed test leaves the object as it is.
-					return versioned.VersionedObject, true
-				}
-				if obj, ok := e.decodePatched(out, versioned); ok {
-					return obj, true
-				}
-			}
-		}
-	}
-
-	e.declines.Add(1)
-	list, ok := val.(traits.Lister)
+	merged, ok := fastApply(s, root, live.UnstructuredContent(), patchObject.Object)
 	if !ok {
-		return fail()
+		return nil
 	}
-	ops := jsonpatch.Patch{}
-	for it := list.Iterator(); it.HasNext() == types.True; {
-		native, err := it.Next().ConvertToNative(jsonPatchValType)
-		if err != nil {
-			return fail()
-		}
-		op, ok := native.(*mutation.JSONPatchVal)
-		if !ok {
-			return fail()
-		}
-		o := jsonpatch.Operation{}
-		o["op"] = rawJSON(strconv.Quote(op.Op))
-		o["path"] = rawJSON(strconv.Quote(op.Path))
-		if len(op.From) > 0 {
-			o["from"] = rawJSON(strconv.Quote(op.From))
-		}
-		if op.Val != nil {
-			if objVal, ok := op.Val.(*dynamic.ObjectVal); ok && objVal.CheckTypeNamesMatchFieldPathNames() != nil {
-				return fail()
-			}
-			v, err := op.Val.ConvertToNative(structpbValueType)
-			if err != nil {
-				return fail()
-			}
-			b, err := gojson.Marshal(v)
-			if err != nil {
-				return fail()
-			}
-			o["value"] = rawJSON(string(b))
-		}
-		ops = append(ops, o)
-	}
-	serializer := k8sjson.NewSerializerWithOptions(k8sjson.DefaultMetaFactory, req.ObjectInterfaces.GetObjectCreater(), req.ObjectInterfaces.GetObjectTyper(), k8sjson.SerializerOptions{Strict: true})
-	objJS, err := runtime.Encode(serializer, versioned.VersionedObject)
-	if err != nil {
-		return fail()
-	}
-	patchedJS, err := ops.Apply(objJS)
-	if err != nil {
-		if errors.Is(err, jsonpatch.ErrTestFailed) {
-			// A failed test leaves the object as it is.
-			return versioned.VersionedObject, true
-		}
-		return fail()
-	}
-	var out runtime.Object
-	if _, ok := versioned.VersionedObject.(*unstructured.Unstructured); ok {
-		out = &unstructured.Unstructured{}
-	} else {
-		out, err = req.ObjectInterfaces.GetObjectCreater().New(versioned.VersionedKind)
-		if err != nil {
-			return fail()
-		}
-	}
-	if out, _, err = serializer.Decode(patchedJS, nil, out); err != nil {
-		return fail()
-	}
-	return out, true
+	return &unstructured.Unstructured{Object: merged}
 }
 
-var jsonPatchValType = reflect.TypeOf(&mutation.JSONPatchVal{})
+// fastJSONPatch is the JSONPatch patcher after the evaluation: the
+// operations applied to the object's unstructured content
+// (fastjsonpatch.go), then the patcher's strict decoding of the result; nil
+// when one of them declines.
+func (e *Engine) fastJSONPatch(val ref.Val, req patch.Request) runtime.Object {
+	versioned := req.VersionedAttributes
+	ops, ok := decodeJSONPatchOps(val)
+	if !ok {
+		return nil
+	}
+	live, ok := versioned.VersionedObject.(runtime.Unstructured)
+	if !ok {
+		return nil
+	}
+	out, testFailed, ok := applyJSONPatchOps(live.UnstructuredContent(), ops)
+	if !ok {
+		return nil
+	}
+	if testFailed {
+		// A failed test leaves the object as it is.
+		return versioned.VersionedObject
+	}
+	obj, _ := e.decodePatched(out, versioned)
+	return obj
+}
 
 // decodePatched is the JSON patcher's strict decoding of the patched
 // document, into the versioned kind (typed, or unstructured for the kinds
@@ -444,9 +390,4 @@ func (e *Engine) decodePatched(content map[string]any, versioned *admission.Vers
 		return nil, false
 	}
 	return obj, true
-}
-
-func rawJSON(s string) *gojson.RawMessage {
-	r := gojson.RawMessage(s)
-	return &r
 }
