@@ -75,67 +75,54 @@ func (g privilegedGroups) Authorize(_ context.Context, a authorizer.Attributes) 
 //
 // Bindings are visited in settings order (a cluster visits them in its
 // informer's order, which only changes which binding the "allowed by" reason
-// names).
+// names). Each binding's role is resolved once, here: the objects never
+// change, so a check only matches subjects and rules.
 type rbacAuthorizer struct {
-	clusterRoleBindings []*rbacv1.ClusterRoleBinding
-	roleBindings        map[string][]*rbacv1.RoleBinding // by namespace
-	roles               map[string][]rbacv1.PolicyRule   // by namespace + "/" + name
-	clusterRoles        map[string][]rbacv1.PolicyRule   // by name, aggregation applied
+	clusterRoleBindings []binding
+	roleBindings        map[string][]binding // by namespace
+}
+
+// binding is a RoleBinding or ClusterRoleBinding with its role resolved.
+type binding struct {
+	kind      string // "RoleBinding" or "ClusterRoleBinding"
+	name      string // as "allowed by" names it: namespace/name for a RoleBinding
+	namespace string // a RoleBinding's: its roleRef's and ServiceAccount subjects' default
+	roleRef   rbacv1.RoleRef
+	subjects  []rbacv1.Subject
+	rules     []rbacv1.PolicyRule
+	err       error // the role does not exist
 }
 
 func newRBACAuthorizer(r *RBAC) *rbacAuthorizer {
-	a := &rbacAuthorizer{
-		clusterRoleBindings: r.ClusterRoleBindings,
-		roleBindings:        map[string][]*rbacv1.RoleBinding{},
-		roles:               map[string][]rbacv1.PolicyRule{},
-		clusterRoles:        aggregateClusterRoles(r.ClusterRoles),
-	}
-	for _, rb := range r.RoleBindings {
-		a.roleBindings[rb.Namespace] = append(a.roleBindings[rb.Namespace], rb)
-	}
+	roles := map[string][]rbacv1.PolicyRule{} // by namespace + "/" + name
 	for _, role := range r.Roles {
-		a.roles[role.Namespace+"/"+role.Name] = role.Rules
+		roles[role.Namespace+"/"+role.Name] = role.Rules
+	}
+	clusterRoles := aggregateClusterRoles(r.ClusterRoles)
+	resolve := func(kind, name, namespace string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) binding {
+		b := binding{kind: kind, name: name, namespace: namespace, roleRef: ref, subjects: subjects}
+		b.rules, b.err = roleRefRules(roles, clusterRoles, ref, namespace)
+		return b
+	}
+	a := &rbacAuthorizer{roleBindings: map[string][]binding{}}
+	for _, b := range r.ClusterRoleBindings {
+		a.clusterRoleBindings = append(a.clusterRoleBindings, resolve("ClusterRoleBinding", b.Name, "", b.RoleRef, b.Subjects))
+	}
+	for _, b := range r.RoleBindings {
+		a.roleBindings[b.Namespace] = append(a.roleBindings[b.Namespace],
+			resolve("RoleBinding", b.Name+"/"+b.Namespace, b.Namespace, b.RoleRef, b.Subjects))
 	}
 	return a
 }
 
 func (a *rbacAuthorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
-	u := attrs.GetUser()
 	var errs []error
-	for _, b := range a.clusterRoleBindings {
-		subject, ok := appliesTo(u, b.Subjects, "")
-		if !ok {
-			continue
-		}
-		rules, err := a.roleRefRules(b.RoleRef, "")
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for i := range rules {
-			if ruleAllows(attrs, &rules[i]) {
-				return authorizer.DecisionAllow, fmt.Sprintf("RBAC: allowed by ClusterRoleBinding %q of %s %q to %s",
-					b.Name, b.RoleRef.Kind, b.RoleRef.Name, describeSubject(subject, "")), nil
-			}
-		}
+	if reason, ok := allowedBy(a.clusterRoleBindings, attrs, &errs); ok {
+		return authorizer.DecisionAllow, reason, nil
 	}
 	if ns := attrs.GetNamespace(); ns != "" {
-		for _, b := range a.roleBindings[ns] {
-			subject, ok := appliesTo(u, b.Subjects, ns)
-			if !ok {
-				continue
-			}
-			rules, err := a.roleRefRules(b.RoleRef, ns)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			for i := range rules {
-				if ruleAllows(attrs, &rules[i]) {
-					return authorizer.DecisionAllow, fmt.Sprintf("RBAC: allowed by RoleBinding %q of %s %q to %s",
-						b.Name+"/"+b.Namespace, b.RoleRef.Kind, b.RoleRef.Name, describeSubject(subject, b.Namespace)), nil
-				}
-			}
+		if reason, ok := allowedBy(a.roleBindings[ns], attrs, &errs); ok {
+			return authorizer.DecisionAllow, reason, nil
 		}
 	}
 	reason := ""
@@ -145,18 +132,43 @@ func (a *rbacAuthorizer) Authorize(_ context.Context, attrs authorizer.Attribute
 	return authorizer.DecisionNoOpinion, reason, nil
 }
 
+// allowedBy returns the "allowed by" reason of the first of the bindings
+// that grants the request; the errors of the bindings that apply to the user
+// but have no role are appended to errs.
+func allowedBy(bindings []binding, attrs authorizer.Attributes, errs *[]error) (string, bool) {
+	u := attrs.GetUser()
+	for i := range bindings {
+		b := &bindings[i]
+		subject, ok := appliesTo(u, b.subjects, b.namespace)
+		if !ok {
+			continue
+		}
+		if b.err != nil {
+			*errs = append(*errs, b.err)
+			continue
+		}
+		for j := range b.rules {
+			if ruleAllows(attrs, &b.rules[j]) {
+				return fmt.Sprintf("RBAC: allowed by %s %q of %s %q to %s",
+					b.kind, b.name, b.roleRef.Kind, b.roleRef.Name, describeSubject(subject, b.namespace)), true
+			}
+		}
+	}
+	return "", false
+}
+
 // roleRefRules are the rules of the role a binding refers to; a missing role
 // is the NotFound error of the apiserver's informer cache.
-func (a *rbacAuthorizer) roleRefRules(ref rbacv1.RoleRef, namespace string) ([]rbacv1.PolicyRule, error) {
+func roleRefRules(roles, clusterRoles map[string][]rbacv1.PolicyRule, ref rbacv1.RoleRef, namespace string) ([]rbacv1.PolicyRule, error) {
 	switch ref.Kind {
 	case "Role":
-		rules, ok := a.roles[namespace+"/"+ref.Name]
+		rules, ok := roles[namespace+"/"+ref.Name]
 		if !ok {
 			return nil, apierrors.NewNotFound(rbacv1.Resource("role"), ref.Name)
 		}
 		return rules, nil
 	case "ClusterRole":
-		rules, ok := a.clusterRoles[ref.Name]
+		rules, ok := clusterRoles[ref.Name]
 		if !ok {
 			return nil, apierrors.NewNotFound(rbacv1.Resource("clusterrole"), ref.Name)
 		}
