@@ -45,6 +45,16 @@ func newAuthorizer(r *RBAC) authorizer.Authorizer {
 // compares it with Kubernetes' own).
 func (e *Engine) Authorizer() authorizer.Authorizer { return e.authorizer }
 
+// sandboxAuthorizer follows system:masters when the settings have no "rbac":
+// a policy in the sandbox has no access to the cluster's authorizer, so every
+// other check gets "no opinion", which CEL's authz library reports as not
+// allowed.
+type sandboxAuthorizer struct{}
+
+func (sandboxAuthorizer) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+	return authorizer.DecisionNoOpinion, "tollgate: the policy sandbox has no authorizer", nil
+}
+
 // privilegedGroups is the apiserver's privileged-group authorizer
 // (authorizerfactory.NewPrivilegedGroups, not imported: its package links
 // the webhook authorizer and its HTTP client into the module).
