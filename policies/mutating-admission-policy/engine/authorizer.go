@@ -307,9 +307,11 @@ func aggregateClusterRoles(roles []*rbacv1.ClusterRole) map[string][]rbacv1.Poli
 	sorted := make([]*rbacv1.ClusterRole, len(roles))
 	copy(sorted, roles)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	// An aggregated role and the roles it selects (selectors in order, roles
+	// by name): which roles are selected never changes, only their rules do.
 	type aggregated struct {
-		name      string
-		selectors []labels.Selector
+		name    string
+		members []string
 	}
 	var agg []aggregated
 	for _, r := range sorted {
@@ -320,12 +322,15 @@ func aggregateClusterRoles(roles []*rbacv1.ClusterRole) map[string][]rbacv1.Poli
 		rules[r.Name] = nil
 		a := aggregated{name: r.Name}
 		for i := range r.AggregationRule.ClusterRoleSelectors {
-			// Validated in decodeRBAC: the conversion cannot fail.
 			sel, err := metav1.LabelSelectorAsSelector(&r.AggregationRule.ClusterRoleSelectors[i])
 			if err != nil {
-				sel = labels.Nothing()
+				continue // validated in decodeRBAC: cannot happen
 			}
-			a.selectors = append(a.selectors, sel)
+			for _, m := range sorted {
+				if m.Name != r.Name && sel.Matches(labels.Set(m.Labels)) {
+					a.members = append(a.members, m.Name)
+				}
+			}
 		}
 		agg = append(agg, a)
 	}
@@ -334,15 +339,10 @@ func aggregateClusterRoles(roles []*rbacv1.ClusterRole) map[string][]rbacv1.Poli
 		changed := false
 		for _, a := range agg {
 			var next []rbacv1.PolicyRule
-			for _, sel := range a.selectors {
-				for _, r := range sorted {
-					if r.Name == a.name || !sel.Matches(labels.Set(r.Labels)) {
-						continue
-					}
-					for _, rule := range rules[r.Name] {
-						if !ruleExists(next, rule) {
-							next = append(next, rule)
-						}
+			for _, m := range a.members {
+				for _, rule := range rules[m] {
+					if !ruleExists(next, rule) {
+						next = append(next, rule)
 					}
 				}
 			}
