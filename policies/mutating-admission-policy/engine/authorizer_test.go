@@ -84,11 +84,11 @@ rbac:
     subjects: [{kind: Group, name: admins}]
 `
 
-func decodeFixture(t *testing.T, yamlSettings string) *RBAC {
-	t.Helper()
+func decodeFixture(tb testing.TB, yamlSettings string) *RBAC {
+	tb.Helper()
 	s, err := Decode([]byte(policyWith(setReplicas5) + yamlSettings))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s.RBAC
 }
@@ -429,11 +429,7 @@ rbac:
 // BenchmarkAuthorizer is one check against the fixture: an allowed
 // RoleBinding check (after all ClusterRoleBindings) and a check nothing allows.
 func BenchmarkAuthorizer(b *testing.B) {
-	s, err := Decode([]byte(policyWith(setReplicas5) + rbacFixture))
-	if err != nil {
-		b.Fatal(err)
-	}
-	authz := newAuthorizer(s.RBAC)
+	authz := newAuthorizer(decodeFixture(b, rbacFixture))
 	for _, c := range []struct {
 		name  string
 		attrs authorizer.Attributes
