@@ -85,20 +85,20 @@ func (g privilegedGroups) Authorize(_ context.Context, a authorizer.Attributes) 
 //
 // Bindings are visited in settings order (a cluster visits them in its
 // informer's order, which only changes which binding the "allowed by" reason
-// names). Each binding's role is resolved once, here: the objects never
-// change, so a check only matches subjects and rules.
+// names). Each binding's role and "allowed by" reasons are resolved once,
+// here: the objects never change, so a check only matches subjects and rules
+// and allocates nothing.
 type rbacAuthorizer struct {
 	clusterRoleBindings []binding
 	roleBindings        map[string][]binding // by namespace
 }
 
-// binding is a RoleBinding or ClusterRoleBinding with its role resolved.
+// binding is a RoleBinding or ClusterRoleBinding with its role resolved
+// and its reasons written.
 type binding struct {
-	kind      string // "RoleBinding" or "ClusterRoleBinding"
-	name      string // as "allowed by" names it: namespace/name for a RoleBinding
 	namespace string // a RoleBinding's: its roleRef's and ServiceAccount subjects' default
-	roleRef   rbacv1.RoleRef
 	subjects  []rbacv1.Subject
+	reasons   []string // by subject: the "allowed by" reason when it is the one that matches
 	rules     []rbacv1.PolicyRule
 	err       error // the role does not exist
 }
@@ -110,7 +110,11 @@ func newRBACAuthorizer(r *RBAC) *rbacAuthorizer {
 	}
 	clusterRoles := aggregateClusterRoles(r.ClusterRoles)
 	resolve := func(kind, name, namespace string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) binding {
-		b := binding{kind: kind, name: name, namespace: namespace, roleRef: ref, subjects: subjects}
+		b := binding{namespace: namespace, subjects: subjects, reasons: make([]string, len(subjects))}
+		for i := range subjects {
+			b.reasons[i] = fmt.Sprintf("RBAC: allowed by %s %q of %s %q to %s",
+				kind, name, ref.Kind, ref.Name, describeSubject(&subjects[i], namespace))
+		}
 		b.rules, b.err = roleRefRules(roles, clusterRoles, ref, namespace)
 		return b
 	}
@@ -159,8 +163,7 @@ func allowedBy(bindings []binding, attrs authorizer.Attributes, errs *[]error) (
 		}
 		for j := range b.rules {
 			if ruleAllows(attrs, &b.rules[j]) {
-				return fmt.Sprintf("RBAC: allowed by %s %q of %s %q to %s",
-					b.kind, b.name, b.roleRef.Kind, b.roleRef.Name, describeSubject(subject, b.namespace)), true
+				return b.reasons[subject], true
 			}
 		}
 	}
@@ -188,23 +191,24 @@ func roleRefRules(roles, clusterRoles map[string][]rbacv1.PolicyRule, ref rbacv1
 	}
 }
 
-// appliesTo returns the first subject that matches the user. namespace is
-// the namespace of a RoleBinding, the default of its ServiceAccount subjects.
-func appliesTo(u user.Info, subjects []rbacv1.Subject, namespace string) (*rbacv1.Subject, bool) {
+// appliesTo returns the index of the first subject that matches the user.
+// namespace is the namespace of a RoleBinding, the default of its
+// ServiceAccount subjects.
+func appliesTo(u user.Info, subjects []rbacv1.Subject, namespace string) (int, bool) {
 	if u == nil {
-		return nil, false
+		return 0, false
 	}
 	for i := range subjects {
 		s := &subjects[i]
 		switch s.Kind {
 		case rbacv1.UserKind:
 			if u.GetName() == s.Name {
-				return s, true
+				return i, true
 			}
 		case rbacv1.GroupKind:
 			for _, g := range u.GetGroups() {
 				if g == s.Name {
-					return s, true
+					return i, true
 				}
 			}
 		case rbacv1.ServiceAccountKind:
@@ -213,11 +217,11 @@ func appliesTo(u user.Info, subjects []rbacv1.Subject, namespace string) (*rbacv
 				ns = s.Namespace
 			}
 			if ns != "" && serviceaccount.MatchesUsername(ns, s.Name, u.GetName()) {
-				return s, true
+				return i, true
 			}
 		}
 	}
-	return nil, false
+	return 0, false
 }
 
 // describeSubject names a subject in an "allowed by" reason, as RBAC does.
