@@ -45,6 +45,16 @@ func newAuthorizer(r *RBAC) authorizer.Authorizer {
 // compares it with Kubernetes' own).
 func (e *Engine) Authorizer() authorizer.Authorizer { return e.authorizer }
 
+// sandboxAuthorizer follows system:masters when the settings have no "rbac":
+// a policy in the sandbox has no access to the cluster's authorizer, so every
+// other check gets "no opinion", which CEL's authz library reports as not
+// allowed.
+type sandboxAuthorizer struct{}
+
+func (sandboxAuthorizer) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+	return authorizer.DecisionNoOpinion, "tollgate: the policy sandbox has no authorizer", nil
+}
+
 // privilegedGroups is the apiserver's privileged-group authorizer
 // (authorizerfactory.NewPrivilegedGroups, not imported: its package links
 // the webhook authorizer and its HTTP client into the module).
@@ -75,67 +85,58 @@ func (g privilegedGroups) Authorize(_ context.Context, a authorizer.Attributes) 
 //
 // Bindings are visited in settings order (a cluster visits them in its
 // informer's order, which only changes which binding the "allowed by" reason
-// names).
+// names). Each binding's role and "allowed by" reasons are resolved once,
+// here: the objects never change, so a check only matches subjects and rules
+// and allocates nothing.
 type rbacAuthorizer struct {
-	clusterRoleBindings []*rbacv1.ClusterRoleBinding
-	roleBindings        map[string][]*rbacv1.RoleBinding // by namespace
-	roles               map[string][]rbacv1.PolicyRule   // by namespace + "/" + name
-	clusterRoles        map[string][]rbacv1.PolicyRule   // by name, aggregation applied
+	clusterRoleBindings []binding
+	roleBindings        map[string][]binding // by namespace
+}
+
+// binding is a RoleBinding or ClusterRoleBinding with its role resolved
+// and its reasons written.
+type binding struct {
+	namespace string // a RoleBinding's: its roleRef's and ServiceAccount subjects' default
+	subjects  []rbacv1.Subject
+	reasons   []string // by subject: the "allowed by" reason when it is the one that matches
+	rules     []rbacv1.PolicyRule
+	err       error // the role does not exist
 }
 
 func newRBACAuthorizer(r *RBAC) *rbacAuthorizer {
-	a := &rbacAuthorizer{
-		clusterRoleBindings: r.ClusterRoleBindings,
-		roleBindings:        map[string][]*rbacv1.RoleBinding{},
-		roles:               map[string][]rbacv1.PolicyRule{},
-		clusterRoles:        aggregateClusterRoles(r.ClusterRoles),
-	}
-	for _, rb := range r.RoleBindings {
-		a.roleBindings[rb.Namespace] = append(a.roleBindings[rb.Namespace], rb)
-	}
+	roles := map[string][]rbacv1.PolicyRule{} // by namespace + "/" + name
 	for _, role := range r.Roles {
-		a.roles[role.Namespace+"/"+role.Name] = role.Rules
+		roles[role.Namespace+"/"+role.Name] = role.Rules
+	}
+	clusterRoles := aggregateClusterRoles(r.ClusterRoles)
+	resolve := func(kind, name, namespace string, ref rbacv1.RoleRef, subjects []rbacv1.Subject) binding {
+		b := binding{namespace: namespace, subjects: subjects, reasons: make([]string, len(subjects))}
+		for i := range subjects {
+			b.reasons[i] = fmt.Sprintf("RBAC: allowed by %s %q of %s %q to %s",
+				kind, name, ref.Kind, ref.Name, describeSubject(&subjects[i], namespace))
+		}
+		b.rules, b.err = roleRefRules(roles, clusterRoles, ref, namespace)
+		return b
+	}
+	a := &rbacAuthorizer{roleBindings: map[string][]binding{}}
+	for _, b := range r.ClusterRoleBindings {
+		a.clusterRoleBindings = append(a.clusterRoleBindings, resolve("ClusterRoleBinding", b.Name, "", b.RoleRef, b.Subjects))
+	}
+	for _, b := range r.RoleBindings {
+		a.roleBindings[b.Namespace] = append(a.roleBindings[b.Namespace],
+			resolve("RoleBinding", b.Name+"/"+b.Namespace, b.Namespace, b.RoleRef, b.Subjects))
 	}
 	return a
 }
 
 func (a *rbacAuthorizer) Authorize(_ context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
-	u := attrs.GetUser()
 	var errs []error
-	for _, b := range a.clusterRoleBindings {
-		subject, ok := appliesTo(u, b.Subjects, "")
-		if !ok {
-			continue
-		}
-		rules, err := a.roleRefRules(b.RoleRef, "")
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for i := range rules {
-			if ruleAllows(attrs, &rules[i]) {
-				return authorizer.DecisionAllow, fmt.Sprintf("RBAC: allowed by ClusterRoleBinding %q of %s %q to %s",
-					b.Name, b.RoleRef.Kind, b.RoleRef.Name, describeSubject(subject, "")), nil
-			}
-		}
+	if reason, ok := allowedBy(a.clusterRoleBindings, attrs, &errs); ok {
+		return authorizer.DecisionAllow, reason, nil
 	}
 	if ns := attrs.GetNamespace(); ns != "" {
-		for _, b := range a.roleBindings[ns] {
-			subject, ok := appliesTo(u, b.Subjects, ns)
-			if !ok {
-				continue
-			}
-			rules, err := a.roleRefRules(b.RoleRef, ns)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			for i := range rules {
-				if ruleAllows(attrs, &rules[i]) {
-					return authorizer.DecisionAllow, fmt.Sprintf("RBAC: allowed by RoleBinding %q of %s %q to %s",
-						b.Name+"/"+b.Namespace, b.RoleRef.Kind, b.RoleRef.Name, describeSubject(subject, b.Namespace)), nil
-				}
-			}
+		if reason, ok := allowedBy(a.roleBindings[ns], attrs, &errs); ok {
+			return authorizer.DecisionAllow, reason, nil
 		}
 	}
 	reason := ""
@@ -145,18 +146,42 @@ func (a *rbacAuthorizer) Authorize(_ context.Context, attrs authorizer.Attribute
 	return authorizer.DecisionNoOpinion, reason, nil
 }
 
+// allowedBy returns the "allowed by" reason of the first of the bindings
+// that grants the request; the errors of the bindings that apply to the user
+// but have no role are appended to errs.
+func allowedBy(bindings []binding, attrs authorizer.Attributes, errs *[]error) (string, bool) {
+	u := attrs.GetUser()
+	for i := range bindings {
+		b := &bindings[i]
+		subject, ok := appliesTo(u, b.subjects, b.namespace)
+		if !ok {
+			continue
+		}
+		if b.err != nil {
+			*errs = append(*errs, b.err)
+			continue
+		}
+		for j := range b.rules {
+			if ruleAllows(attrs, &b.rules[j]) {
+				return b.reasons[subject], true
+			}
+		}
+	}
+	return "", false
+}
+
 // roleRefRules are the rules of the role a binding refers to; a missing role
 // is the NotFound error of the apiserver's informer cache.
-func (a *rbacAuthorizer) roleRefRules(ref rbacv1.RoleRef, namespace string) ([]rbacv1.PolicyRule, error) {
+func roleRefRules(roles, clusterRoles map[string][]rbacv1.PolicyRule, ref rbacv1.RoleRef, namespace string) ([]rbacv1.PolicyRule, error) {
 	switch ref.Kind {
 	case "Role":
-		rules, ok := a.roles[namespace+"/"+ref.Name]
+		rules, ok := roles[namespace+"/"+ref.Name]
 		if !ok {
 			return nil, apierrors.NewNotFound(rbacv1.Resource("role"), ref.Name)
 		}
 		return rules, nil
 	case "ClusterRole":
-		rules, ok := a.clusterRoles[ref.Name]
+		rules, ok := clusterRoles[ref.Name]
 		if !ok {
 			return nil, apierrors.NewNotFound(rbacv1.Resource("clusterrole"), ref.Name)
 		}
@@ -166,23 +191,24 @@ func (a *rbacAuthorizer) roleRefRules(ref rbacv1.RoleRef, namespace string) ([]r
 	}
 }
 
-// appliesTo returns the first subject that matches the user. namespace is
-// the namespace of a RoleBinding, the default of its ServiceAccount subjects.
-func appliesTo(u user.Info, subjects []rbacv1.Subject, namespace string) (*rbacv1.Subject, bool) {
+// appliesTo returns the index of the first subject that matches the user.
+// namespace is the namespace of a RoleBinding, the default of its
+// ServiceAccount subjects.
+func appliesTo(u user.Info, subjects []rbacv1.Subject, namespace string) (int, bool) {
 	if u == nil {
-		return nil, false
+		return 0, false
 	}
 	for i := range subjects {
 		s := &subjects[i]
 		switch s.Kind {
 		case rbacv1.UserKind:
 			if u.GetName() == s.Name {
-				return s, true
+				return i, true
 			}
 		case rbacv1.GroupKind:
 			for _, g := range u.GetGroups() {
 				if g == s.Name {
-					return s, true
+					return i, true
 				}
 			}
 		case rbacv1.ServiceAccountKind:
@@ -191,11 +217,11 @@ func appliesTo(u user.Info, subjects []rbacv1.Subject, namespace string) (*rbacv
 				ns = s.Namespace
 			}
 			if ns != "" && serviceaccount.MatchesUsername(ns, s.Name, u.GetName()) {
-				return s, true
+				return i, true
 			}
 		}
 	}
-	return nil, false
+	return 0, false
 }
 
 // describeSubject names a subject in an "allowed by" reason, as RBAC does.
@@ -285,9 +311,11 @@ func aggregateClusterRoles(roles []*rbacv1.ClusterRole) map[string][]rbacv1.Poli
 	sorted := make([]*rbacv1.ClusterRole, len(roles))
 	copy(sorted, roles)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	// An aggregated role and the roles it selects (selectors in order, roles
+	// by name): which roles are selected never changes, only their rules do.
 	type aggregated struct {
-		name      string
-		selectors []labels.Selector
+		name    string
+		members []string
 	}
 	var agg []aggregated
 	for _, r := range sorted {
@@ -298,12 +326,15 @@ func aggregateClusterRoles(roles []*rbacv1.ClusterRole) map[string][]rbacv1.Poli
 		rules[r.Name] = nil
 		a := aggregated{name: r.Name}
 		for i := range r.AggregationRule.ClusterRoleSelectors {
-			// Validated in decodeRBAC: the conversion cannot fail.
 			sel, err := metav1.LabelSelectorAsSelector(&r.AggregationRule.ClusterRoleSelectors[i])
 			if err != nil {
-				sel = labels.Nothing()
+				continue // validated in decodeRBAC: cannot happen
 			}
-			a.selectors = append(a.selectors, sel)
+			for _, m := range sorted {
+				if m.Name != r.Name && sel.Matches(labels.Set(m.Labels)) {
+					a.members = append(a.members, m.Name)
+				}
+			}
 		}
 		agg = append(agg, a)
 	}
@@ -312,15 +343,10 @@ func aggregateClusterRoles(roles []*rbacv1.ClusterRole) map[string][]rbacv1.Poli
 		changed := false
 		for _, a := range agg {
 			var next []rbacv1.PolicyRule
-			for _, sel := range a.selectors {
-				for _, r := range sorted {
-					if r.Name == a.name || !sel.Matches(labels.Set(r.Labels)) {
-						continue
-					}
-					for _, rule := range rules[r.Name] {
-						if !ruleExists(next, rule) {
-							next = append(next, rule)
-						}
+			for _, m := range a.members {
+				for _, rule := range rules[m] {
+					if !ruleExists(next, rule) {
+						next = append(next, rule)
 					}
 				}
 			}

@@ -256,18 +256,25 @@ params: [{data: {a: b}}]
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Compile([]byte(c.settings))
-			if err == nil {
-				t.Fatal("settings accepted")
-			}
-			if !errors.Is(err, ErrInvalidSettings) {
-				t.Fatalf("error does not wrap ErrInvalidSettings: %v", err)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error\n  %v\nwant it to contain\n  %s", err, w)
-				}
-			}
+			checkInvalidSettings(t, err, c.want)
 		})
+	}
+}
+
+// checkInvalidSettings fails unless err is an ErrInvalidSettings whose
+// message contains every string of want.
+func checkInvalidSettings(t *testing.T, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("settings accepted")
+	}
+	if !errors.Is(err, ErrInvalidSettings) {
+		t.Fatalf("error does not wrap ErrInvalidSettings: %v", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error\n  %v\nwant it to contain\n  %s", err, w)
+		}
 	}
 }
 

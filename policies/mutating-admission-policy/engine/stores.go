@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
 // What a cluster would supply to the apiserver's dispatcher, answered from
@@ -145,15 +144,6 @@ func (t *typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfi
 }
 
 func (t *typeConverters) Run(context.Context) {}
-
-// sandboxAuthorizer answers authorizer checks made from CEL. A policy in the
-// sandbox has no access to the cluster's authorizer, so every check gets "no
-// opinion", which CEL's authz library reports as not allowed.
-type sandboxAuthorizer struct{}
-
-func (sandboxAuthorizer) Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
-	return authorizer.DecisionNoOpinion, "tollgate: the policy sandbox has no authorizer", nil
-}
 
 // objectScheme decides which kinds are held typed (as the apiserver holds the
 // built-in kinds) rather than unstructured.
