@@ -257,11 +257,10 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	var dir string
 	var mcache wazero.CompilationCache
 	if e.loads.enabled() {
-		var err error
-		if dir, err = e.loads.moduleDir(key.digest); err == nil {
-			if err = os.MkdirAll(dir, 0o700); err == nil {
-				mcache, err = wazero.NewCompilationCacheWithDir(dir)
-			}
+		dir = e.loads.moduleDir(key.digest)
+		err := os.MkdirAll(dir, 0o700)
+		if err == nil {
+			mcache, err = wazero.NewCompilationCacheWithDir(dir)
 		}
 		if err != nil {
 			logger.Warn("load cache unusable; compiling without it", "dir", dir, "error", err)
