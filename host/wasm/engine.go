@@ -243,12 +243,17 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 			interrupt: interrupt,
 		}
 	}
-	if !e.instrument {
+	// uninstrumented compiles the module as given, bounded by wazero's
+	// close-on-context-done, with the engine's compilation cache.
+	uninstrumented := func() (*Module, error) {
 		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
 		if err != nil {
 			return nil, err
 		}
 		return newModule(wm, "", nil), nil
+	}
+	if !e.instrument {
+		return uninstrumented()
 	}
 
 	// An instrumented module has its own compilation cache directory in the
@@ -306,11 +311,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 			_ = mcache.Close(ctx)
 			removeEmptyDirs(dir) // nothing is cached for such a module
 		}
-		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
-		if err != nil {
-			return nil, err
-		}
-		return newModule(wm, "", nil), nil
+		return uninstrumented()
 	}
 	cache := e.cache
 	if mcache != nil {
