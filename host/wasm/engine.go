@@ -427,7 +427,7 @@ func (e *Engine) newWapcModule(ctx context.Context, code []byte, cache wazero.Co
 // checkDigest validates a caller-provided ModuleConfig.Digest.
 func checkDigest(d string) error {
 	h, ok := strings.CutPrefix(d, "sha256:")
-	if !ok || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+	if !ok || !isHex64(h) {
 		return fmt.Errorf("module digest %q: want sha256:<64 lower-case hex digits>", d)
 	}
 	return nil

@@ -148,10 +148,10 @@ func removeEmptyDirs(dir string) {
 // removeStub deletes the stub of a module directory, ignoring errors.
 func removeStub(dir string) { _ = os.Remove(filepath.Join(dir, stubFileName)) }
 
-// isCacheKey reports whether a file name is one of wazero's cache entries
-// (64 lower-case hex digits).
-func isCacheKey(name string) bool {
-	return len(name) == 64 && strings.Trim(name, "0123456789abcdef") == ""
+// isHex64 reports whether s is 64 lower-case hex digits: the hex of a
+// sha256 digest, and the name of every entry of wazero's compilation cache.
+func isHex64(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // onlyCacheEntry returns the path, relative to dir, of the single entry of
@@ -171,7 +171,7 @@ func onlyCacheEntry(dir string) (string, error) {
 			return "", err
 		}
 		for _, f := range files {
-			if isCacheKey(f.Name()) {
+			if isHex64(f.Name()) {
 				found = append(found, filepath.Join(s.Name(), f.Name()))
 			}
 		}
@@ -194,7 +194,7 @@ func linkCompiled(dir, stubEntry string) error {
 	}
 	var real []string
 	for _, f := range files {
-		if isCacheKey(f.Name()) && f.Name() != stubKey {
+		if isHex64(f.Name()) && f.Name() != stubKey {
 			real = append(real, f.Name())
 		}
 	}
