@@ -228,8 +228,8 @@ const rbacAPIVersion = "rbac.authorization.k8s.io/v1"
 // objects) into the "rbac" setting: {roles, clusterRoles, roleBindings,
 // clusterRoleBindings}. Anything else is an error naming the file, the
 // document and the kind: the module would refuse it anyway.
-func readRBAC(paths []string) (map[string]any, error) {
-	out := map[string]any{}
+func readRBAC(paths []string) (map[string][]any, error) {
+	out := map[string][]any{}
 	add := func(where string, o map[string]any) error {
 		kind, _ := o["kind"].(string)
 		apiVersion, _ := o["apiVersion"].(string)
@@ -237,8 +237,7 @@ func readRBAC(paths []string) (map[string]any, error) {
 		if !ok || apiVersion != rbacAPIVersion {
 			return fmt.Errorf("%s: kind %q apiVersion %q is not a Role, ClusterRole, RoleBinding or ClusterRoleBinding of %s", where, kind, apiVersion, rbacAPIVersion)
 		}
-		l, _ := out[list].([]any)
-		out[list] = append(l, cleanObject(o))
+		out[list] = append(out[list], cleanObject(o))
 		return nil
 	}
 	for _, p := range paths {

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
@@ -139,7 +140,7 @@ func (l *testLoader) Resolve(ctx context.Context, uri string) ([]byte, string, e
 		if _, ok := l.scripts[name]; !ok {
 			return nil, "", fmt.Errorf("no script %q", name)
 		}
-		return []byte(uri), digestOf([]byte(uri)), nil
+		return []byte(uri), wasm.Digest([]byte(uri)), nil
 	}
 	return l.host.Resolve(ctx, uri)
 }

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -16,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/wasm"
 )
 
 // Evaluator is a loaded policy as the server sees it. *policy.Policy
@@ -58,7 +57,7 @@ func (l *HostLoader) Resolve(ctx context.Context, uri string) ([]byte, string, e
 	if err != nil {
 		return nil, "", err
 	}
-	return b, digestOf(b), nil
+	return b, wasm.Digest(b), nil
 }
 
 // Load loads a policy.
@@ -68,11 +67,6 @@ func (l *HostLoader) Load(ctx context.Context, spec policy.Spec) (Evaluator, err
 		return nil, err
 	}
 	return p, nil
-}
-
-func digestOf(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // Load states reported by /policies and tollgate_policy_loaded.

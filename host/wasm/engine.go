@@ -243,12 +243,17 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 			interrupt: interrupt,
 		}
 	}
-	if !e.instrument {
+	// uninstrumented compiles the module as given, bounded by wazero's
+	// close-on-context-done, with the engine's compilation cache.
+	uninstrumented := func() (*Module, error) {
 		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
 		if err != nil {
 			return nil, err
 		}
 		return newModule(wm, "", nil), nil
+	}
+	if !e.instrument {
+		return uninstrumented()
 	}
 
 	// An instrumented module has its own compilation cache directory in the
@@ -257,11 +262,10 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	var dir string
 	var mcache wazero.CompilationCache
 	if e.loads.enabled() {
-		var err error
-		if dir, err = e.loads.moduleDir(key.digest); err == nil {
-			if err = os.MkdirAll(dir, 0o700); err == nil {
-				mcache, err = wazero.NewCompilationCacheWithDir(dir)
-			}
+		dir = e.loads.moduleDir(key.digest)
+		err := os.MkdirAll(dir, 0o700)
+		if err == nil {
+			mcache, err = wazero.NewCompilationCacheWithDir(dir)
 		}
 		if err != nil {
 			logger.Warn("load cache unusable; compiling without it", "dir", dir, "error", err)
@@ -307,11 +311,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 			_ = mcache.Close(ctx)
 			removeEmptyDirs(dir) // nothing is cached for such a module
 		}
-		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
-		if err != nil {
-			return nil, err
-		}
-		return newModule(wm, "", nil), nil
+		return uninstrumented()
 	}
 	cache := e.cache
 	if mcache != nil {
@@ -427,7 +427,7 @@ func (e *Engine) newWapcModule(ctx context.Context, code []byte, cache wazero.Co
 // checkDigest validates a caller-provided ModuleConfig.Digest.
 func checkDigest(d string) error {
 	h, ok := strings.CutPrefix(d, "sha256:")
-	if !ok || len(h) != 64 || strings.Trim(h, "0123456789abcdef") != "" {
+	if !ok || !isHex64(h) {
 		return fmt.Errorf("module digest %q: want sha256:<64 lower-case hex digits>", d)
 	}
 	return nil

@@ -103,11 +103,7 @@ func newEngine(t *testing.T, cfg wasm.Config) *wasm.Engine {
 func TestNotInstrumentableLeavesNoLoadCacheDir(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	e, err := wasm.NewEngine(ctx, wasm.Config{CacheDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
+	e := newCachedEngine(t, dir)
 	mod := spinModule(false, true)
 	m, err := e.Compile(ctx, mod, wasm.ModuleConfig{})
 	if err != nil {
@@ -117,13 +113,7 @@ func TestNotInstrumentableLeavesNoLoadCacheDir(t *testing.T) {
 	if m.Interruptible() {
 		t.Fatal("the module was instrumented")
 	}
-	left, err := filepath.Glob(filepath.Join(dir, "*", strings.TrimPrefix(wasm.Digest(mod), "sha256:")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(left) != 0 {
-		t.Fatalf("the load cache kept a directory for a module it cannot hold: %v", left)
-	}
+	requireNoLoadCacheDir(t, dir, mod, "it cannot hold")
 }
 
 // A module Instrument takes but wazero refuses leaves no directory in the
@@ -131,11 +121,7 @@ func TestNotInstrumentableLeavesNoLoadCacheDir(t *testing.T) {
 func TestInvalidModuleLeavesNoLoadCacheDir(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	e, err := wasm.NewEngine(ctx, wasm.Config{CacheDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
+	e := newCachedEngine(t, dir)
 	// __guest_call returns an i32: without its i32.const 0 (now two nops),
 	// its body does not validate.
 	mod := spinModule(false, false)
@@ -151,12 +137,31 @@ func TestInvalidModuleLeavesNoLoadCacheDir(t *testing.T) {
 		m.Release()
 		t.Fatal("wazero compiled a module that does not validate")
 	}
+	requireNoLoadCacheDir(t, dir, mod, "wazero refuses")
+}
+
+// newCachedEngine is an engine with its on-disk caches in dir.
+func newCachedEngine(t *testing.T, dir string) *wasm.Engine {
+	t.Helper()
+	e, err := wasm.NewEngine(context.Background(), wasm.Config{CacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	return e
+}
+
+// requireNoLoadCacheDir fails unless the cache directory dir holds no load
+// cache directory for mod, a module that the load cache must not hold
+// (because: why, for the message).
+func requireNoLoadCacheDir(t *testing.T, dir string, mod []byte, why string) {
+	t.Helper()
 	left, err := filepath.Glob(filepath.Join(dir, "*", strings.TrimPrefix(wasm.Digest(mod), "sha256:")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(left) != 0 {
-		t.Fatalf("the load cache kept a directory for a module wazero refuses: %v", left)
+		t.Fatalf("the load cache kept a directory for a module %s: %v", why, left)
 	}
 }
 

@@ -57,12 +57,10 @@ func newLoadCache(cacheDir string) loadCache {
 
 func (c loadCache) enabled() bool { return c.root != "" }
 
-// moduleDir is the directory of the module with this digest ("sha256:<hex>").
-func (c loadCache) moduleDir(digest string) (string, error) {
-	if err := checkDigest(digest); err != nil {
-		return "", err
-	}
-	return filepath.Join(c.root, strings.TrimPrefix(digest, "sha256:")), nil
+// moduleDir is the directory of the module with this digest ("sha256:<hex>",
+// computed or checked by Engine.Compile).
+func (c loadCache) moduleDir(digest string) string {
+	return filepath.Join(c.root, strings.TrimPrefix(digest, "sha256:"))
 }
 
 // getStub reads the stub of a module directory. It returns an error wrapping
@@ -150,10 +148,10 @@ func removeEmptyDirs(dir string) {
 // removeStub deletes the stub of a module directory, ignoring errors.
 func removeStub(dir string) { _ = os.Remove(filepath.Join(dir, stubFileName)) }
 
-// isCacheKey reports whether a file name is one of wazero's cache entries
-// (64 lower-case hex digits).
-func isCacheKey(name string) bool {
-	return len(name) == 64 && strings.Trim(name, "0123456789abcdef") == ""
+// isHex64 reports whether s is 64 lower-case hex digits: the hex of a
+// sha256 digest, and the name of every entry of wazero's compilation cache.
+func isHex64(s string) bool {
+	return len(s) == 64 && strings.Trim(s, "0123456789abcdef") == ""
 }
 
 // onlyCacheEntry returns the path, relative to dir, of the single entry of
@@ -173,7 +171,7 @@ func onlyCacheEntry(dir string) (string, error) {
 			return "", err
 		}
 		for _, f := range files {
-			if isCacheKey(f.Name()) {
+			if isHex64(f.Name()) {
 				found = append(found, filepath.Join(s.Name(), f.Name()))
 			}
 		}
@@ -196,7 +194,7 @@ func linkCompiled(dir, stubEntry string) error {
 	}
 	var real []string
 	for _, f := range files {
-		if isCacheKey(f.Name()) && f.Name() != stubKey {
+		if isHex64(f.Name()) && f.Name() != stubKey {
 			real = append(real, f.Name())
 		}
 	}

@@ -174,12 +174,6 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 	return out, InterruptGlobal, nil
 }
 
-func appendSection(out []byte, id byte, payload []byte) []byte {
-	out = append(out, id)
-	out = appendUleb(out, uint64(len(payload)))
-	return append(out, payload...)
-}
-
 // checkCode is the check Instrument inserts, for the flag and countdown globals.
 func checkCode(flag, countdown uint64) []byte {
 	get := appendUleb([]byte{0x23}, countdown)
@@ -212,12 +206,11 @@ func appendSleb(b []byte, v int64) []byte {
 // appendVecEntries returns a vector (count + entries) with more entries.
 // The payload's count has been validated by the caller.
 func appendVecEntries(payload []byte, count uint64, entries []byte) []byte {
-	entry := entries
 	r := &reader{b: payload}
 	n := r.u32()
-	p := appendUleb(make([]byte, 0, len(payload)+len(entry)+5), uint64(n)+count)
+	p := appendUleb(make([]byte, 0, len(payload)+len(entries)+5), uint64(n)+count)
 	p = append(p, payload[r.off:]...)
-	return append(p, entry...)
+	return append(p, entries...)
 }
 
 // checkGlobals validates the global section (so that an entry can be

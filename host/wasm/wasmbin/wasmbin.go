@@ -125,10 +125,7 @@ func SetCustomSection(b []byte, name string, payload []byte) ([]byte, error) {
 	body := appendUleb(nil, uint64(len(name)))
 	body = append(body, name...)
 	body = append(body, payload...)
-	out = append(out, sectionCustom)
-	out = appendUleb(out, uint64(len(body)))
-	out = append(out, body...)
-	return out, nil
+	return appendSection(out, sectionCustom, body), nil
 }
 
 // Exports lists the module's exports.
@@ -209,4 +206,11 @@ func appendUleb(b []byte, v uint64) []byte {
 		}
 		return append(b, c)
 	}
+}
+
+// appendSection appends a section: id, payload size, payload.
+func appendSection(out []byte, id byte, payload []byte) []byte {
+	out = append(out, id)
+	out = appendUleb(out, uint64(len(payload)))
+	return append(out, payload...)
 }
