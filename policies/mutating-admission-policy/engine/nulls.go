@@ -137,7 +137,7 @@ func (r *jsonReader) scalar() (isNull bool, err error) {
 	start := r.i
 	for r.i < len(r.b) {
 		c := r.b[r.i]
-		if c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+		if isDelim(c) {
 			break
 		}
 		if c == '"' || c == '{' || c == '[' || c == ':' {
@@ -149,6 +149,51 @@ func (r *jsonReader) scalar() (isNull bool, err error) {
 		return false, errNotPlain
 	}
 	return string(r.b[start:r.i]) == "null", nil
+}
+
+// open reads the '{' or '[' at r.i and reports whether the container is
+// empty (its close, read too, follows).
+func (r *jsonReader) open(close byte) bool {
+	r.i++
+	r.space()
+	if r.i < len(r.b) && r.b[r.i] == close {
+		r.i++
+		return true
+	}
+	return false
+}
+
+// key reads an object member's key and its ':' (keys have no escapes).
+func (r *jsonReader) key() ([]byte, error) {
+	r.space()
+	k, err := r.str(true)
+	if err != nil {
+		return nil, err
+	}
+	r.space()
+	if r.i >= len(r.b) || r.b[r.i] != ':' {
+		return nil, errNotPlain
+	}
+	r.i++
+	return k, nil
+}
+
+// next reads what follows a member or an element: more after ',', !more
+// after close (the container ends).
+func (r *jsonReader) next(close byte) (more bool, err error) {
+	r.space()
+	if r.i >= len(r.b) {
+		return false, errNotPlain
+	}
+	c := r.b[r.i]
+	r.i++
+	switch c {
+	case ',':
+		return true, nil
+	case close:
+		return false, nil
+	}
+	return false, errNotPlain
 }
 
 // skel reads one value of the original into its skeleton.
@@ -163,23 +208,11 @@ func (r *jsonReader) skel(depth int) (*skeleton, error) {
 	switch r.b[r.i] {
 	case '{':
 		s := &skeleton{keys: map[string]*skeleton{}}
-		r.i++
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == '}' {
-			r.i++
-			return s, nil
-		}
-		for {
-			r.space()
-			k, err := r.str(true)
+		for more := !r.open('}'); more; {
+			k, err := r.key()
 			if err != nil {
 				return nil, err
 			}
-			r.space()
-			if r.i >= len(r.b) || r.b[r.i] != ':' {
-				return nil, errNotPlain
-			}
-			r.i++
 			v, err := r.skel(depth + 1)
 			if err != nil {
 				return nil, err
@@ -189,46 +222,24 @@ func (r *jsonReader) skel(depth int) (*skeleton, error) {
 			}
 			s.keys[string(k)] = v
 			s.order = append(s.order, string(k))
-			r.space()
-			if r.i >= len(r.b) {
-				return nil, errNotPlain
+			if more, err = r.next('}'); err != nil {
+				return nil, err
 			}
-			if r.b[r.i] == '}' {
-				r.i++
-				return s, nil
-			}
-			if r.b[r.i] != ',' {
-				return nil, errNotPlain
-			}
-			r.i++
 		}
+		return s, nil
 	case '[':
 		s := &skeleton{items: []*skeleton{}}
-		r.i++
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == ']' {
-			r.i++
-			return s, nil
-		}
-		for {
+		for more := !r.open(']'); more; {
 			v, err := r.skel(depth + 1)
 			if err != nil {
 				return nil, err
 			}
 			s.items = append(s.items, v)
-			r.space()
-			if r.i >= len(r.b) {
-				return nil, errNotPlain
+			if more, err = r.next(']'); err != nil {
+				return nil, err
 			}
-			if r.b[r.i] == ']' {
-				r.i++
-				return s, nil
-			}
-			if r.b[r.i] != ',' {
-				return nil, errNotPlain
-			}
-			r.i++
 		}
+		return s, nil
 	case '"':
 		_, err := r.str(false)
 		return nil, err
@@ -254,62 +265,41 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 	}
 	switch r.b[r.i] {
 	case '{':
-		r.i++
 		out = append(out, '{')
 		first := true
 		var seen map[string]bool
 		if o != nil && o.keys != nil {
 			seen = make(map[string]bool, len(o.keys))
 		}
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == '}' {
-			r.i++
-		} else {
-			for {
-				r.space()
-				k, err := r.str(true)
-				if err != nil {
+		for more := !r.open('}'); more; {
+			k, err := r.key()
+			if err != nil {
+				return nil, err
+			}
+			r.space()
+			var child *skeleton
+			had := false
+			if o != nil && o.keys != nil {
+				child, had = o.keys[string(k)]
+				if seen[string(k)] {
+					return nil, errNotPlain // duplicate key
+				}
+				seen[string(k)] = true
+			}
+			if r.i+4 <= len(r.b) && string(r.b[r.i:r.i+4]) == "null" && (r.i+4 == len(r.b) || isDelim(r.b[r.i+4])) {
+				r.i += 4
+				if had {
+					out = appendMember(out, &first, k)
+					out = append(out, "null"...)
+				}
+			} else {
+				out = appendMember(out, &first, k)
+				if out, err = r.copyPruned(out, child, depth+1); err != nil {
 					return nil, err
 				}
-				r.space()
-				if r.i >= len(r.b) || r.b[r.i] != ':' {
-					return nil, errNotPlain
-				}
-				r.i++
-				r.space()
-				var child *skeleton
-				had := false
-				if o != nil && o.keys != nil {
-					child, had = o.keys[string(k)]
-					if seen[string(k)] {
-						return nil, errNotPlain // duplicate key
-					}
-					seen[string(k)] = true
-				}
-				if r.i+4 <= len(r.b) && string(r.b[r.i:r.i+4]) == "null" && (r.i+4 == len(r.b) || isDelim(r.b[r.i+4])) {
-					r.i += 4
-					if had {
-						out = appendMember(out, &first, k)
-						out = append(out, "null"...)
-					}
-				} else {
-					out = appendMember(out, &first, k)
-					if out, err = r.copyPruned(out, child, depth+1); err != nil {
-						return nil, err
-					}
-				}
-				r.space()
-				if r.i >= len(r.b) {
-					return nil, errNotPlain
-				}
-				if r.b[r.i] == '}' {
-					r.i++
-					break
-				}
-				if r.b[r.i] != ',' {
-					return nil, errNotPlain
-				}
-				r.i++
+			}
+			if more, err = r.next('}'); err != nil {
+				return nil, err
 			}
 		}
 		// The original's null keys the result lacks.
@@ -323,14 +313,8 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 		}
 		return append(out, '}'), nil
 	case '[':
-		r.i++
 		out = append(out, '[')
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == ']' {
-			r.i++
-			return append(out, ']'), nil
-		}
-		for n := 0; ; n++ {
+		for n, more := 0, !r.open(']'); more; n++ {
 			var child *skeleton
 			if o != nil && n < len(o.items) {
 				child = o.items[n]
@@ -342,19 +326,11 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 			if out, err = r.copyPruned(out, child, depth+1); err != nil {
 				return nil, err
 			}
-			r.space()
-			if r.i >= len(r.b) {
-				return nil, errNotPlain
+			if more, err = r.next(']'); err != nil {
+				return nil, err
 			}
-			if r.b[r.i] == ']' {
-				r.i++
-				return append(out, ']'), nil
-			}
-			if r.b[r.i] != ',' {
-				return nil, errNotPlain
-			}
-			r.i++
 		}
+		return append(out, ']'), nil
 	case '"':
 		s, err := r.str(false)
 		if err != nil {
