@@ -220,8 +220,9 @@ func (r *jsonReader) skel(depth int) (*skeleton, error) {
 			if _, dup := s.keys[string(k)]; dup {
 				return nil, errNotPlain // encoding/json keeps the last one; leave it to it
 			}
-			s.keys[string(k)] = v
-			s.order = append(s.order, string(k))
+			key := string(k) // one copy for the map and the order
+			s.keys[key] = v
+			s.order = append(s.order, key)
 			if more, err = r.next('}'); err != nil {
 				return nil, err
 			}
