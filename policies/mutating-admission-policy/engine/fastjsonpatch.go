@@ -507,18 +507,12 @@ func (s *patchState) get(path []string) (v any, present, ok bool) {
 		}
 	}
 	key := path[len(path)-1]
-	switch c := node.(type) {
-	case map[string]any:
-		v, present = c[key]
+	if m, isMap := node.(map[string]any); isMap {
+		v, present = m[key]
 		return v, present, true
-	case []any:
-		i, good := arrayIndex(key, len(c)-1)
-		if !good {
-			return nil, false, false
-		}
-		return c[i], true, true
 	}
-	return nil, false, false
+	v, ok = child(node, key)
+	return v, ok, ok
 }
 
 // child is the existing value under tok of a container.
