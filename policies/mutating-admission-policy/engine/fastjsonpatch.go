@@ -147,6 +147,9 @@ func fromNative(v any) (any, bool) {
 	case int32:
 		return fromJSONNumber(float64(x))
 	case int64:
+		if -maxExactInt <= x && x <= maxExactInt {
+			return v, true // what fromJSONNumber gives, already boxed
+		}
 		return fromJSONNumber(float64(x))
 	case uint:
 		return fromJSONNumber(float64(x))
@@ -169,7 +172,7 @@ func fromNative(v any) (any, bool) {
 		}
 		return fromJSONNumber(f)
 	case string:
-		return x, utf8.ValidString(x)
+		return v, utf8.ValidString(x) // v, not x: no new box
 	case []byte:
 		return base64.StdEncoding.EncodeToString(x), true
 	case map[string]any:
