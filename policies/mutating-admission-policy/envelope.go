@@ -36,13 +36,16 @@ func skimObject(b []byte) ([]member, error) {
 		return nil, errSkim
 	}
 	i = skipSpace(b, i+1)
-	var out []member
 	if i < len(b) && b[i] == '}' {
 		if skipSpace(b, i+1) != len(b) {
 			return nil, errSkim
 		}
-		return out, nil
+		return nil, nil
 	}
+	// Room for the small objects of the request (kind, resource, userInfo:
+	// three members) at once, instead of growing from one; the request
+	// itself (about a dozen) grows once.
+	out := make([]member, 0, 8)
 	for {
 		if i >= len(b) || b[i] != '"' {
 			return nil, errSkim
