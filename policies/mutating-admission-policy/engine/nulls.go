@@ -79,9 +79,16 @@ func prune(r, o any) any {
 // array its items' skeletons. Scalars have a nil skeleton; a null value has
 // nullSkeleton.
 type skeleton struct {
-	keys  map[string]*skeleton
+	keys  map[string]skelKey
 	order []string // keys in document order (the null ones are re-added in it)
 	items []*skeleton
+}
+
+// skelKey is one key of an original object: its value's skeleton and its
+// index in order.
+type skelKey struct {
+	s *skeleton
+	i int
 }
 
 var nullSkeleton = &skeleton{}
@@ -207,7 +214,7 @@ func (r *jsonReader) skel(depth int) (*skeleton, error) {
 	}
 	switch r.b[r.i] {
 	case '{':
-		s := &skeleton{keys: map[string]*skeleton{}}
+		s := &skeleton{keys: map[string]skelKey{}}
 		for more := !r.open('}'); more; {
 			k, err := r.key()
 			if err != nil {
@@ -221,7 +228,7 @@ func (r *jsonReader) skel(depth int) (*skeleton, error) {
 				return nil, errNotPlain // encoding/json keeps the last one; leave it to it
 			}
 			key := string(k) // one copy for the map and the order
-			s.keys[key] = v
+			s.keys[key] = skelKey{v, len(s.order)}
 			s.order = append(s.order, key)
 			if more, err = r.next('}'); err != nil {
 				return nil, err
@@ -268,9 +275,12 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 	case '{':
 		out = append(out, '{')
 		first := true
-		var seen map[string]bool
+		// The keys met, for duplicates: the original's by their index, the
+		// others by name.
+		var seen []bool
+		var seenOther map[string]bool
 		if o != nil && o.keys != nil {
-			seen = make(map[string]bool, len(o.keys))
+			seen = make([]bool, len(o.order))
 		}
 		for more := !r.open('}'); more; {
 			k, err := r.key()
@@ -281,11 +291,22 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 			var child *skeleton
 			had := false
 			if o != nil && o.keys != nil {
-				child, had = o.keys[string(k)]
-				if seen[string(k)] {
-					return nil, errNotPlain // duplicate key
+				var sk skelKey
+				if sk, had = o.keys[string(k)]; had {
+					if seen[sk.i] {
+						return nil, errNotPlain // duplicate key
+					}
+					seen[sk.i] = true
+					child = sk.s
+				} else {
+					if seenOther[string(k)] {
+						return nil, errNotPlain // duplicate key
+					}
+					if seenOther == nil {
+						seenOther = map[string]bool{}
+					}
+					seenOther[string(k)] = true
 				}
-				seen[string(k)] = true
 			}
 			if r.i+4 <= len(r.b) && string(r.b[r.i:r.i+4]) == "null" && (r.i+4 == len(r.b) || isDelim(r.b[r.i+4])) {
 				r.i += 4
@@ -305,8 +326,8 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 		}
 		// The original's null keys the result lacks.
 		if o != nil {
-			for _, k := range o.order {
-				if o.keys[k] == nullSkeleton && !seen[k] {
+			for i, k := range o.order {
+				if o.keys[k].s == nullSkeleton && !seen[i] {
 					out = appendMember(out, &first, []byte(k))
 					out = append(out, "null"...)
 				}
