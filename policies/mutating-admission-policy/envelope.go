@@ -36,13 +36,16 @@ func skimObject(b []byte) ([]member, error) {
 		return nil, errSkim
 	}
 	i = skipSpace(b, i+1)
-	var out []member
 	if i < len(b) && b[i] == '}' {
 		if skipSpace(b, i+1) != len(b) {
 			return nil, errSkim
 		}
-		return out, nil
+		return nil, nil
 	}
+	// Room for the small objects of the request (kind, resource, userInfo:
+	// three members) at once, instead of growing from one; the request
+	// itself (about a dozen) grows once.
+	out := make([]member, 0, 8)
 	for {
 		if i >= len(b) || b[i] != '"' {
 			return nil, errSkim
@@ -327,22 +330,6 @@ func plainString(v []byte) (string, bool) {
 	return string(s), true
 }
 
-// stringFields decodes an object whose members are all plain strings, each
-// stored by set; an unknown key fails.
-func stringFields(v []byte, set func(key string, value string) bool) bool {
-	members, err := skimObject(v)
-	if err != nil {
-		return false
-	}
-	for _, m := range members {
-		s, ok := plainString(m.value)
-		if !ok || !set(string(m.key), s) {
-			return false
-		}
-	}
-	return true
-}
-
 func decodeGVK(v []byte, out *protocol.GroupVersionKind) bool {
 	return decodeGroupVersion(v, &out.Group, &out.Version, `"kind"`, &out.Kind)
 }
@@ -351,11 +338,20 @@ func decodeGVR(v []byte, out *protocol.GroupVersionResource) bool {
 	return decodeGroupVersion(v, &out.Group, &out.Version, `"resource"`, &out.Resource)
 }
 
-// decodeGroupVersion decodes {"group", "version", third} into its arguments.
+// decodeGroupVersion decodes {"group", "version", third}, plain strings,
+// into its arguments; any other key, or more than three members (a
+// duplicate: encoding/json's rules), fails.
 func decodeGroupVersion(v []byte, group, version *string, third string, last *string) bool {
-	seen := 0
-	return stringFields(v, func(k, s string) bool {
-		switch k {
+	members, err := skimObject(v)
+	if err != nil || len(members) > 3 {
+		return false
+	}
+	for _, m := range members {
+		s, ok := plainString(m.value)
+		if !ok {
+			return false
+		}
+		switch string(m.key) {
 		case `"group"`:
 			*group = s
 		case `"version"`:
@@ -365,9 +361,8 @@ func decodeGroupVersion(v []byte, group, version *string, third string, last *st
 		default:
 			return false
 		}
-		seen++
-		return seen <= 3 // a duplicate: encoding/json's rules
-	})
+	}
+	return true
 }
 
 func decodeUserInfo(v []byte, out *protocol.UserInfo) bool {

@@ -147,6 +147,9 @@ func fromNative(v any) (any, bool) {
 	case int32:
 		return fromJSONNumber(float64(x))
 	case int64:
+		if -maxExactInt <= x && x <= maxExactInt {
+			return v, true // what fromJSONNumber gives, already boxed
+		}
 		return fromJSONNumber(float64(x))
 	case uint:
 		return fromJSONNumber(float64(x))
@@ -169,7 +172,7 @@ func fromNative(v any) (any, bool) {
 		}
 		return fromJSONNumber(f)
 	case string:
-		return x, utf8.ValidString(x)
+		return v, utf8.ValidString(x) // v, not x: no new box
 	case []byte:
 		return base64.StdEncoding.EncodeToString(x), true
 	case map[string]any:
@@ -507,18 +510,12 @@ func (s *patchState) get(path []string) (v any, present, ok bool) {
 		}
 	}
 	key := path[len(path)-1]
-	switch c := node.(type) {
-	case map[string]any:
-		v, present = c[key]
+	if m, isMap := node.(map[string]any); isMap {
+		v, present = m[key]
 		return v, present, true
-	case []any:
-		i, good := arrayIndex(key, len(c)-1)
-		if !good {
-			return nil, false, false
-		}
-		return c[i], true, true
 	}
-	return nil, false, false
+	v, ok = child(node, key)
+	return v, ok, ok
 }
 
 // child is the existing value under tok of a container.

@@ -473,17 +473,7 @@ func TestApplyJSONPatchOpsSharing(t *testing.T) {
 
 // fuzzBytes turns fuzz input into choices; past the end every choice is 0.
 type fuzzBytes struct {
-	b []byte
-	i int
-}
-
-func (f *fuzzBytes) n(k int) int {
-	if f.i >= len(f.b) {
-		return 0
-	}
-	c := f.b[f.i]
-	f.i++
-	return int(c) % k
+	fuzzSource
 }
 
 var (
@@ -498,43 +488,43 @@ var (
 // value generates a value in decoded form; forOp keeps to what
 // decodeJSONPatchOps can produce (integers within ±2^53).
 func (f *fuzzBytes) value(depth int, forOp bool) any {
-	k := f.n(8)
+	k := f.intn(8)
 	if depth <= 0 && k < 2 {
 		k += 2
 	}
 	switch k {
 	case 0:
 		m := map[string]any{}
-		for range f.n(4) {
-			m[patchFuzzKeys[f.n(len(patchFuzzKeys))]] = f.value(depth-1, forOp)
+		for range f.intn(4) {
+			m[patchFuzzKeys[f.intn(len(patchFuzzKeys))]] = f.value(depth-1, forOp)
 		}
 		return m
 	case 1:
-		l := make([]any, f.n(4))
+		l := make([]any, f.intn(4))
 		for i := range l {
 			l[i] = f.value(depth-1, forOp)
 		}
 		return l
 	case 2:
-		return patchFuzzStrings[f.n(len(patchFuzzStrings))]
+		return patchFuzzStrings[f.intn(len(patchFuzzStrings))]
 	case 3:
-		i := fuzzInts[f.n(len(fuzzInts))]
+		i := fuzzInts[f.intn(len(fuzzInts))]
 		if forOp && (i > maxExactInt || i < -maxExactInt) {
 			i = 7
 		}
 		return i
 	case 4:
-		x := fuzzFloats[f.n(len(fuzzFloats))]
+		x := fuzzFloats[f.intn(len(fuzzFloats))]
 		if forOp && x == math.Trunc(x) {
 			x = 0.5
 		}
 		return x
 	case 5:
-		return f.n(2) == 1
+		return f.intn(2) == 1
 	case 6:
 		return nil
 	default:
-		return patchFuzzStrings[f.n(len(patchFuzzStrings))]
+		return patchFuzzStrings[f.intn(len(patchFuzzStrings))]
 	}
 }
 
@@ -544,7 +534,7 @@ func escapePointerToken(s string) string {
 
 // path generates a pointer, mostly along existing keys and indexes of doc.
 func (f *fuzzBytes) path(doc map[string]any) string {
-	switch f.n(32) {
+	switch f.intn(32) {
 	case 0:
 		return ""
 	case 1:
@@ -552,19 +542,19 @@ func (f *fuzzBytes) path(doc map[string]any) string {
 	}
 	var sb strings.Builder
 	var node any = doc
-	for range 1 + f.n(4) {
+	for range 1 + f.intn(4) {
 		sb.WriteByte('/')
 		tok := ""
 		switch c := node.(type) {
 		case map[string]any:
-			if len(c) > 0 && f.n(4) != 0 {
+			if len(c) > 0 && f.intn(4) != 0 {
 				keys := slices.Sorted(maps.Keys(c))
-				key := keys[f.n(len(keys))]
+				key := keys[f.intn(len(keys))]
 				tok, node = escapePointerToken(key), c[key]
 			}
 		case []any:
-			if f.n(4) != 0 {
-				i := f.n(len(c) + 2)
+			if f.intn(4) != 0 {
+				i := f.intn(len(c) + 2)
 				if i < len(c) {
 					node = c[i]
 				} else {
@@ -577,7 +567,7 @@ func (f *fuzzBytes) path(doc map[string]any) string {
 			}
 		}
 		if tok == "" {
-			tok, node = fuzzTokens[f.n(len(fuzzTokens))], nil
+			tok, node = fuzzTokens[f.intn(len(fuzzTokens))], nil
 		}
 		sb.WriteString(tok)
 	}
@@ -603,21 +593,21 @@ func FuzzApplyJSONPatchOps(f *testing.F) {
 // applyJSONPatchOps answered.
 func fuzzApply(t testing.TB, data []byte) (ok, failed bool) {
 	{
-		fb := &fuzzBytes{b: data}
+		fb := &fuzzBytes{fuzzSource{b: data}}
 		doc := map[string]any{}
-		for range fb.n(5) {
-			doc[patchFuzzKeys[fb.n(len(patchFuzzKeys))]] = fb.value(3, false)
+		for range fb.intn(5) {
+			doc[patchFuzzKeys[fb.intn(len(patchFuzzKeys))]] = fb.value(3, false)
 		}
 		before, _ := gojson.Marshal(doc)
-		ops := make([]jsonPatchOp, 1+fb.n(4))
+		ops := make([]jsonPatchOp, 1+fb.intn(4))
 		for i := range ops {
 			op := &ops[i]
-			op.op = fuzzOps[fb.n(len(fuzzOps))]
+			op.op = fuzzOps[fb.intn(len(fuzzOps))]
 			op.path = fb.path(doc)
-			if fb.n(4) != 0 {
+			if fb.intn(4) != 0 {
 				op.from = fb.path(doc)
 			}
-			if fb.n(5) != 0 {
+			if fb.intn(5) != 0 {
 				op.hasValue = true
 				op.value = fb.value(2, true)
 				// The generator must produce what decodeJSONPatchOps would.
@@ -732,24 +722,24 @@ var fuzzCELPaths = []string{`"/x"`, `"/spec/replicas"`, `"/metadata/labels/a~1b"
 // celValue generates a CEL expression for a JSONPatch value; typeName is
 // the Object type it would need to be, when inside an Object.
 func (f *fuzzBytes) celValue(depth int, typeName string) string {
-	k := f.n(6)
+	k := f.intn(6)
 	if depth <= 0 {
 		k = 0
 	}
 	switch k {
 	case 1: // list
 		var elems []string
-		for range f.n(4) {
+		for range f.intn(4) {
 			elems = append(elems, "dyn("+f.celValue(depth-1, typeName)+")")
 		}
 		return "[" + strings.Join(elems, ", ") + "]"
 	case 2: // map
 		var entries []string
-		for range f.n(3) {
-			key := patchFuzzKeys[f.n(len(patchFuzzKeys))]
+		for range f.intn(3) {
+			key := patchFuzzKeys[f.intn(len(patchFuzzKeys))]
 			var ks string
-			if f.n(8) == 0 {
-				ks = strconv.Itoa(f.n(3))
+			if f.intn(8) == 0 {
+				ks = strconv.Itoa(f.intn(3))
 			} else {
 				ks = strconv.Quote(key)
 			}
@@ -761,17 +751,17 @@ func (f *fuzzBytes) celValue(depth int, typeName string) string {
 		if name == "" {
 			name = "Object.spec.x"
 		}
-		if f.n(8) == 0 {
+		if f.intn(8) == 0 {
 			name += ".wrong"
 		}
 		var fields []string
-		for range f.n(4) {
-			field := []string{"a", "b", "c", "name"}[f.n(4)]
+		for range f.intn(4) {
+			field := []string{"a", "b", "c", "name"}[f.intn(4)]
 			fields = append(fields, field+": "+f.celValue(depth-1, name+"."+field))
 		}
 		return name + "{" + strings.Join(fields, ", ") + "}"
 	default:
-		return fuzzCELScalars[f.n(len(fuzzCELScalars))]
+		return fuzzCELScalars[f.intn(len(fuzzCELScalars))]
 	}
 }
 
@@ -790,14 +780,14 @@ func FuzzDecodeJSONPatchOps(f *testing.F) {
 // fuzzDecode is one FuzzDecodeJSONPatchOps case; it tells how far it got.
 func fuzzDecode(t testing.TB, doc map[string]any, data []byte) (evaluated, decoded, applied bool) {
 	{
-		fb := &fuzzBytes{b: data}
+		fb := &fuzzBytes{fuzzSource{b: data}}
 		var ops []string
-		for range 1 + fb.n(3) {
-			fields := []string{"op: " + strconv.Quote(fuzzOps[fb.n(len(fuzzOps))]), "path: " + fuzzCELPaths[fb.n(len(fuzzCELPaths))]}
-			if fb.n(4) == 0 {
-				fields = append(fields, "from: "+fuzzCELPaths[fb.n(len(fuzzCELPaths))])
+		for range 1 + fb.intn(3) {
+			fields := []string{"op: " + strconv.Quote(fuzzOps[fb.intn(len(fuzzOps))]), "path: " + fuzzCELPaths[fb.intn(len(fuzzCELPaths))]}
+			if fb.intn(4) == 0 {
+				fields = append(fields, "from: "+fuzzCELPaths[fb.intn(len(fuzzCELPaths))])
 			}
-			if fb.n(4) != 0 {
+			if fb.intn(4) != 0 {
 				fields = append(fields, "value: "+fb.celValue(3, ""))
 			}
 			ops = append(ops, "JSONPatch{"+strings.Join(fields, ", ")+"}")

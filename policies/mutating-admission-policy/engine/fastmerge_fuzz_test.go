@@ -38,7 +38,7 @@ func FuzzFastApply(f *testing.F) {
 // fuzzInput builds a live object and a patch of one kind from data.
 func fuzzInput(tcs *typeConverters, data []byte) (live, p map[string]any) {
 	kinds := [][2]string{{"v1", "Pod"}, {"apps/v1", "Deployment"}, {"example.com/v1", "Widget"}}
-	g := &fuzzGen{data: data}
+	g := &fuzzGen{fuzzSource: fuzzSource{b: data}}
 	k := kinds[g.intn(len(kinds))]
 	s, root, ok := tcs.mergeSchema(schema.FromAPIVersionAndKind(k[0], k[1]))
 	if !ok {
@@ -64,21 +64,10 @@ func fuzzInput(tcs *typeConverters, data []byte) (live, p map[string]any) {
 }
 
 type fuzzGen struct {
-	data   []byte
+	fuzzSource
 	s      *smdschema.Schema
 	budget int // values left to generate
 }
-
-func (g *fuzzGen) byte() byte {
-	if len(g.data) == 0 {
-		return 0
-	}
-	b := g.data[0]
-	g.data = g.data[1:]
-	return b
-}
-
-func (g *fuzzGen) intn(n int) int { return int(g.byte()) % n }
 
 // rare is true now and then: for an odd value or an unknown field. Patches
 // get fewer (each patch value is checked by SMD, one is enough to reject it).

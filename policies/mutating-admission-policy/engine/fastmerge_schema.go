@@ -9,11 +9,11 @@ import (
 	smdschema "sigs.k8s.io/structured-merge-diff/v6/schema"
 )
 
-// mergeSchemaEntry is the structured-merge schema and root type of a kind.
+// mergeSchemaEntry is the structured-merge schema and root type of a kind;
+// s is nil when there is none.
 type mergeSchemaEntry struct {
 	s    *smdschema.Schema
 	root smdschema.TypeRef
-	ok   bool
 }
 
 type mergeSchemaKey struct {
@@ -42,18 +42,18 @@ func (t *typeConverters) mergeSchema(gvk schema.GroupVersionKind) (*smdschema.Sc
 	key := mergeSchemaKey{t.scheme, gvk}
 	if e, ok := mergeSchemas.Load(key); ok {
 		e := e.(mergeSchemaEntry)
-		return e.s, e.root, e.ok
+		return e.s, e.root, e.s != nil
 	}
 	e := t.lookupMergeSchema(gvk)
 	mergeSchemas.Store(key, e)
-	return e.s, e.root, e.ok
+	return e.s, e.root, e.s != nil
 }
 
 func (t *typeConverters) lookupMergeSchema(gvk schema.GroupVersionKind) mergeSchemaEntry {
 	switch tc := t.GetTypeConverter(gvk).(type) {
 	case *schemalessConverter:
 		s, root := schemalessMergeSchema()
-		return mergeSchemaEntry{s: s, root: root, ok: true}
+		return mergeSchemaEntry{s: s, root: root}
 	case nil:
 		return mergeSchemaEntry{}
 	default:
@@ -65,7 +65,7 @@ func (t *typeConverters) lookupMergeSchema(gvk schema.GroupVersionKind) mergeSch
 		if err != nil {
 			return mergeSchemaEntry{}
 		}
-		return mergeSchemaEntry{s: &builtinConverter.parser.Schema, root: smdschema.TypeRef{NamedType: &name}, ok: true}
+		return mergeSchemaEntry{s: &builtinConverter.parser.Schema, root: smdschema.TypeRef{NamedType: &name}}
 	}
 }
 

@@ -79,9 +79,16 @@ func prune(r, o any) any {
 // array its items' skeletons. Scalars have a nil skeleton; a null value has
 // nullSkeleton.
 type skeleton struct {
-	keys  map[string]*skeleton
+	keys  map[string]skelKey
 	order []string // keys in document order (the null ones are re-added in it)
 	items []*skeleton
+}
+
+// skelKey is one key of an original object: its value's skeleton and its
+// index in order.
+type skelKey struct {
+	s *skeleton
+	i int
 }
 
 var nullSkeleton = &skeleton{}
@@ -137,7 +144,7 @@ func (r *jsonReader) scalar() (isNull bool, err error) {
 	start := r.i
 	for r.i < len(r.b) {
 		c := r.b[r.i]
-		if c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+		if isDelim(c) {
 			break
 		}
 		if c == '"' || c == '{' || c == '[' || c == ':' {
@@ -151,6 +158,51 @@ func (r *jsonReader) scalar() (isNull bool, err error) {
 	return string(r.b[start:r.i]) == "null", nil
 }
 
+// open reads the '{' or '[' at r.i and reports whether the container is
+// empty (its close, read too, follows).
+func (r *jsonReader) open(close byte) bool {
+	r.i++
+	r.space()
+	if r.i < len(r.b) && r.b[r.i] == close {
+		r.i++
+		return true
+	}
+	return false
+}
+
+// key reads an object member's key and its ':' (keys have no escapes).
+func (r *jsonReader) key() ([]byte, error) {
+	r.space()
+	k, err := r.str(true)
+	if err != nil {
+		return nil, err
+	}
+	r.space()
+	if r.i >= len(r.b) || r.b[r.i] != ':' {
+		return nil, errNotPlain
+	}
+	r.i++
+	return k, nil
+}
+
+// next reads what follows a member or an element: more after ',', !more
+// after close (the container ends).
+func (r *jsonReader) next(close byte) (more bool, err error) {
+	r.space()
+	if r.i >= len(r.b) {
+		return false, errNotPlain
+	}
+	c := r.b[r.i]
+	r.i++
+	switch c {
+	case ',':
+		return true, nil
+	case close:
+		return false, nil
+	}
+	return false, errNotPlain
+}
+
 // skel reads one value of the original into its skeleton.
 func (r *jsonReader) skel(depth int) (*skeleton, error) {
 	if depth > 10000 {
@@ -162,24 +214,12 @@ func (r *jsonReader) skel(depth int) (*skeleton, error) {
 	}
 	switch r.b[r.i] {
 	case '{':
-		s := &skeleton{keys: map[string]*skeleton{}}
-		r.i++
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == '}' {
-			r.i++
-			return s, nil
-		}
-		for {
-			r.space()
-			k, err := r.str(true)
+		s := &skeleton{keys: map[string]skelKey{}}
+		for more := !r.open('}'); more; {
+			k, err := r.key()
 			if err != nil {
 				return nil, err
 			}
-			r.space()
-			if r.i >= len(r.b) || r.b[r.i] != ':' {
-				return nil, errNotPlain
-			}
-			r.i++
 			v, err := r.skel(depth + 1)
 			if err != nil {
 				return nil, err
@@ -187,48 +227,27 @@ func (r *jsonReader) skel(depth int) (*skeleton, error) {
 			if _, dup := s.keys[string(k)]; dup {
 				return nil, errNotPlain // encoding/json keeps the last one; leave it to it
 			}
-			s.keys[string(k)] = v
-			s.order = append(s.order, string(k))
-			r.space()
-			if r.i >= len(r.b) {
-				return nil, errNotPlain
+			key := string(k) // one copy for the map and the order
+			s.keys[key] = skelKey{v, len(s.order)}
+			s.order = append(s.order, key)
+			if more, err = r.next('}'); err != nil {
+				return nil, err
 			}
-			if r.b[r.i] == '}' {
-				r.i++
-				return s, nil
-			}
-			if r.b[r.i] != ',' {
-				return nil, errNotPlain
-			}
-			r.i++
 		}
+		return s, nil
 	case '[':
 		s := &skeleton{items: []*skeleton{}}
-		r.i++
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == ']' {
-			r.i++
-			return s, nil
-		}
-		for {
+		for more := !r.open(']'); more; {
 			v, err := r.skel(depth + 1)
 			if err != nil {
 				return nil, err
 			}
 			s.items = append(s.items, v)
-			r.space()
-			if r.i >= len(r.b) {
-				return nil, errNotPlain
+			if more, err = r.next(']'); err != nil {
+				return nil, err
 			}
-			if r.b[r.i] == ']' {
-				r.i++
-				return s, nil
-			}
-			if r.b[r.i] != ',' {
-				return nil, errNotPlain
-			}
-			r.i++
 		}
+		return s, nil
 	case '"':
 		_, err := r.str(false)
 		return nil, err
@@ -254,68 +273,61 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 	}
 	switch r.b[r.i] {
 	case '{':
-		r.i++
 		out = append(out, '{')
 		first := true
-		var seen map[string]bool
+		// The keys met, for duplicates: the original's by their index, the
+		// others by name.
+		var seen []bool
+		var seenOther map[string]bool
 		if o != nil && o.keys != nil {
-			seen = make(map[string]bool, len(o.keys))
+			seen = make([]bool, len(o.order))
 		}
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == '}' {
-			r.i++
-		} else {
-			for {
-				r.space()
-				k, err := r.str(true)
-				if err != nil {
-					return nil, err
-				}
-				r.space()
-				if r.i >= len(r.b) || r.b[r.i] != ':' {
-					return nil, errNotPlain
-				}
-				r.i++
-				r.space()
-				var child *skeleton
-				had := false
-				if o != nil && o.keys != nil {
-					child, had = o.keys[string(k)]
-					if seen[string(k)] {
+		for more := !r.open('}'); more; {
+			k, err := r.key()
+			if err != nil {
+				return nil, err
+			}
+			r.space()
+			var child *skeleton
+			had := false
+			if o != nil && o.keys != nil {
+				var sk skelKey
+				if sk, had = o.keys[string(k)]; had {
+					if seen[sk.i] {
 						return nil, errNotPlain // duplicate key
 					}
-					seen[string(k)] = true
-				}
-				if r.i+4 <= len(r.b) && string(r.b[r.i:r.i+4]) == "null" && (r.i+4 == len(r.b) || isDelim(r.b[r.i+4])) {
-					r.i += 4
-					if had {
-						out = appendMember(out, &first, k)
-						out = append(out, "null"...)
-					}
+					seen[sk.i] = true
+					child = sk.s
 				} else {
-					out = appendMember(out, &first, k)
-					if out, err = r.copyPruned(out, child, depth+1); err != nil {
-						return nil, err
+					if seenOther[string(k)] {
+						return nil, errNotPlain // duplicate key
 					}
+					if seenOther == nil {
+						seenOther = map[string]bool{}
+					}
+					seenOther[string(k)] = true
 				}
-				r.space()
-				if r.i >= len(r.b) {
-					return nil, errNotPlain
+			}
+			if r.i+4 <= len(r.b) && string(r.b[r.i:r.i+4]) == "null" && (r.i+4 == len(r.b) || isDelim(r.b[r.i+4])) {
+				r.i += 4
+				if had {
+					out = appendMember(out, &first, k)
+					out = append(out, "null"...)
 				}
-				if r.b[r.i] == '}' {
-					r.i++
-					break
+			} else {
+				out = appendMember(out, &first, k)
+				if out, err = r.copyPruned(out, child, depth+1); err != nil {
+					return nil, err
 				}
-				if r.b[r.i] != ',' {
-					return nil, errNotPlain
-				}
-				r.i++
+			}
+			if more, err = r.next('}'); err != nil {
+				return nil, err
 			}
 		}
 		// The original's null keys the result lacks.
 		if o != nil {
-			for _, k := range o.order {
-				if o.keys[k] == nullSkeleton && !seen[k] {
+			for i, k := range o.order {
+				if o.keys[k].s == nullSkeleton && !seen[i] {
 					out = appendMember(out, &first, []byte(k))
 					out = append(out, "null"...)
 				}
@@ -323,14 +335,8 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 		}
 		return append(out, '}'), nil
 	case '[':
-		r.i++
 		out = append(out, '[')
-		r.space()
-		if r.i < len(r.b) && r.b[r.i] == ']' {
-			r.i++
-			return append(out, ']'), nil
-		}
-		for n := 0; ; n++ {
+		for n, more := 0, !r.open(']'); more; n++ {
 			var child *skeleton
 			if o != nil && n < len(o.items) {
 				child = o.items[n]
@@ -342,19 +348,11 @@ func (r *jsonReader) copyPruned(out []byte, o *skeleton, depth int) ([]byte, err
 			if out, err = r.copyPruned(out, child, depth+1); err != nil {
 				return nil, err
 			}
-			r.space()
-			if r.i >= len(r.b) {
-				return nil, errNotPlain
+			if more, err = r.next(']'); err != nil {
+				return nil, err
 			}
-			if r.b[r.i] == ']' {
-				r.i++
-				return append(out, ']'), nil
-			}
-			if r.b[r.i] != ',' {
-				return nil, errNotPlain
-			}
-			r.i++
 		}
+		return append(out, ']'), nil
 	case '"':
 		s, err := r.str(false)
 		if err != nil {

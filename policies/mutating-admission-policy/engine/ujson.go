@@ -135,19 +135,44 @@ func (d *udecoder) literal(lit string) bool {
 	return true
 }
 
+// open reads the '{' or '[' at d.i and the spaces after it, and reports
+// whether the container is empty (its close, read too, follows).
+func (d *udecoder) open(close byte) bool {
+	d.i++
+	d.skipSpace()
+	if d.i < len(d.s) && d.s[d.i] == close {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// next reads what follows a member or an element: more after ',', !more
+// after close; ok=false for anything else.
+func (d *udecoder) next(close byte) (more, ok bool) {
+	d.skipSpace()
+	if d.i >= len(d.s) {
+		return false, false
+	}
+	c := d.s[d.i]
+	d.i++
+	if c == ',' {
+		return true, true
+	}
+	return false, c == close
+}
+
 // object decodes the object whose '{' is at d.i.
 func (d *udecoder) object(depth int) (map[string]any, bool) {
 	if depth >= ujsonMaxDepth {
 		return nil, false
 	}
-	d.i++
-	d.skipSpace()
-	if d.i < len(d.s) && d.s[d.i] == '}' {
-		d.i++
+	if d.open('}') {
 		return map[string]any{}, true
 	}
 	base := len(d.members)
-	for {
+	for more := true; more; {
+		d.skipSpace()
 		if d.i >= len(d.s) || d.s[d.i] != '"' {
 			return nil, false
 		}
@@ -166,20 +191,9 @@ func (d *udecoder) object(depth int) (map[string]any, bool) {
 			return nil, false
 		}
 		d.members = append(d.members, umember{k, v})
-		d.skipSpace()
-		if d.i >= len(d.s) {
+		if more, ok = d.next('}'); !ok {
 			return nil, false
 		}
-		c := d.s[d.i]
-		d.i++
-		if c == ',' {
-			d.skipSpace()
-			continue
-		}
-		if c != '}' {
-			return nil, false
-		}
-		break
 	}
 	members := d.members[base:]
 	m := make(map[string]any, len(members))
@@ -196,33 +210,20 @@ func (d *udecoder) array(depth int) ([]any, bool) {
 	if depth >= ujsonMaxDepth {
 		return nil, false
 	}
-	d.i++
-	d.skipSpace()
-	if d.i < len(d.s) && d.s[d.i] == ']' {
-		d.i++
+	if d.open(']') {
 		return []any{}, true
 	}
 	base := len(d.elems)
-	for {
+	for more := true; more; {
+		d.skipSpace()
 		v, ok := d.value(depth + 1)
 		if !ok {
 			return nil, false
 		}
 		d.elems = append(d.elems, v)
-		d.skipSpace()
-		if d.i >= len(d.s) {
+		if more, ok = d.next(']'); !ok {
 			return nil, false
 		}
-		c := d.s[d.i]
-		d.i++
-		if c == ',' {
-			d.skipSpace()
-			continue
-		}
-		if c != ']' {
-			return nil, false
-		}
-		break
 	}
 	a := make([]any, len(d.elems)-base)
 	copy(a, d.elems[base:])

@@ -521,7 +521,7 @@ func FuzzDecodeUnstructuredText(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		g := &ujsonFuzzValue{b: in}
+		g := &ujsonFuzzValue{fuzzSource{b: in}}
 		b := g.space(nil)
 		b = append(b, '{')
 		for i := 0; len(g.b) > 0 && i < 8; i++ {
@@ -541,23 +541,7 @@ func FuzzDecodeUnstructuredText(f *testing.F) {
 // ujsonFuzzValue builds unstructured content (and, now and then, a value
 // of a foreign type) from fuzz bytes.
 type ujsonFuzzValue struct {
-	b []byte
-}
-
-func (f *ujsonFuzzValue) byte() byte {
-	if len(f.b) == 0 {
-		return 0
-	}
-	c := f.b[0]
-	f.b = f.b[1:]
-	return c
-}
-
-func (f *ujsonFuzzValue) bytes(n int) []byte {
-	n = min(n, len(f.b))
-	s := f.b[:n]
-	f.b = f.b[n:]
-	return s
+	fuzzSource
 }
 
 func (f *ujsonFuzzValue) u64() uint64 {
@@ -655,7 +639,7 @@ func FuzzEncodeUnstructured(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		g := &ujsonFuzzValue{b: b}
+		g := &ujsonFuzzValue{fuzzSource{b: b}}
 		m := map[string]any{}
 		for len(g.b) > 0 && len(m) < 8 {
 			m[g.key()] = g.value(4)
