@@ -67,9 +67,8 @@ type lazyActivation struct {
 	cctx      plugincel.CompositionContext
 	fast      *fastState
 
-	resolved  uint16
-	values    [8]any
-	variables ref.Val
+	resolved uint16
+	values   [8]any
 }
 
 // admissionRequestInput is what CreateAdmissionRequest needs: the request

@@ -70,6 +70,9 @@ func typeNamesMatch(v ref.Val, path string) bool {
 		// or an error, never a list or map of values: nothing more to check.
 		return true
 	}
+	if isCELScalar(v) {
+		return true // its Value() is no list or map (and would be boxed)
+	}
 	switch value := v.Value().(type) {
 	case []ref.Val:
 		for _, e := range value {
@@ -110,6 +113,9 @@ func objectToMap(ov *dynamic.ObjectVal) (map[string]any, bool) {
 // map's values are converted with their own Value() (one level, not
 // recursively), anything else is its Value().
 func convertFieldValue(v ref.Val) (any, bool) {
+	if isCELScalar(v) {
+		return elementValue(v)
+	}
 	switch value := v.Value().(type) {
 	case []ref.Val:
 		var out []any // nil for an empty list, as the apiserver's
@@ -155,4 +161,14 @@ func elementValue(v ref.Val) (any, bool) {
 		return objectToMap(t)
 	}
 	return nil, false
+}
+
+// isCELScalar is true for the values whose Value() is a string, int64,
+// float64 or bool: neither a list nor a map of values.
+func isCELScalar(v ref.Val) bool {
+	switch v.(type) {
+	case types.String, types.Int, types.Double, types.Bool:
+		return true
+	}
+	return false
 }
