@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: all build demo-modules bench-server policies test test-modules bench check tools clean demo map-tinygo-probe
+.PHONY: crds all build demo-modules bench-server policies test test-modules bench check tools clean demo map-tinygo-probe
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -71,6 +71,13 @@ clean:
 	rm -rf bin
 	find examples policies test/testdata/policies -name policy.wasm -o -name policy.raw.wasm 2>/dev/null | xargs -r rm -f
 	rm -f host/builtin/modules/*.wasm
+
+# crds regenerates the CRD manifests in crds/ and the deep-copy functions from the Go types in
+# crds/api/v1 with the pinned controller-gen (built from the Go module proxy, cached outside the
+# repository); crds/generate_test.go fails when the committed files are out of date.
+crds:
+	@cg="$$(./scripts/install-k8s-tools.sh controller-gen | sed -n 's/^controller-gen=//p')"; \
+	"$$cg" object paths=./crds/api/... && "$$cg" crd paths=./crds/api/... output:crd:artifacts:config=crds
 
 # map-tinygo-probe tries to build and run the mutating-admission-policy module with TinyGo
 # (it cannot today: cel-go needs reflection TinyGo lacks; see RATIONALE.md). It fails while

@@ -1,0 +1,8 @@
+// Package crds embeds tollgate's CustomResourceDefinitions (group policies.tollgate.dev), the
+// manifests that `make crds` generates with controller-gen from the Go types in crds/api/v1.
+// The Helm chart carries the same files (charts/tollgate/crds), and tests install them into a
+// real kube-apiserver.
+//
+// Subpackages: api/v1 holds the types, controller the reconcilers behind `tollgate controller`.
+// This package itself only serves the generated YAML: it must not know how it is reconciled.
+package crds
