@@ -159,10 +159,6 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		tlsCfg = certs.TLSConfig()
 	}
 
-	src := []byte(nil)
-	if !cfg.Embedded {
-		src, _ = os.ReadFile(o.PoliciesPath)
-	}
 	opts := *o
 	reread := func() (*config.Config, []byte, error) {
 		if cfg.Embedded {
@@ -175,11 +171,11 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		}
 		pols, warns, err := config.ParsePolicies(opts.PoliciesPath, b)
 		if err != nil {
-			return nil, nil, err
+			return nil, b, err // b: the rejected file's digest is reported
 		}
-		return &config.Config{Options: opts, Policies: pols, Warnings: warns, Sources: cfg.Sources}, b, nil
+		return &config.Config{Options: opts, Policies: pols, Warnings: warns, Sources: cfg.Sources, Source: b}, b, nil
 	}
-	so := server.Options{Config: cfg, Loader: loader, Logger: logger, TLS: tlsCfg, Certs: certs, Reread: reread, Source: src}
+	so := server.Options{Config: cfg, Loader: loader, Logger: logger, TLS: tlsCfg, Certs: certs, Reread: reread}
 	if o.Watch && !cfg.Embedded {
 		so.WatchFiles = []string{o.PoliciesPath}
 	}

@@ -262,6 +262,9 @@ type Config struct {
 	Warnings []Warning
 	// Embedded is true when the policies come from the embedded default.
 	Embedded bool
+	// Source is the policies.yml content Policies were parsed from (nil for
+	// the embedded default).
+	Source []byte
 }
 
 // Policy returns the policy with the given id.
@@ -293,7 +296,7 @@ func Load(o Options, defaultPolicies []byte) (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--policies: %w", err)
 		}
-		pdata = b
+		pdata, cfg.Source = b, b
 	}
 	pols, warns, err := ParsePolicies(file, pdata)
 	if err != nil {

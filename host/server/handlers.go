@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/group"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 )
 
@@ -409,74 +410,53 @@ func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind
 	return s.monitor(log, &e.cfg, kind, in, decision{resp: resp, accepted: accepted})
 }
 
-// policyInfo is one /policies entry.
-type policyInfo struct {
-	ID              string       `json:"id"`
-	Kind            string       `json:"kind"`
-	Module          string       `json:"module,omitempty"`
-	Digest          string       `json:"digest,omitempty"`
-	Mode            string       `json:"mode"`
-	AllowedToMutate bool         `json:"allowedToMutate"`
-	State           string       `json:"state"`
-	Error           string       `json:"error,omitempty"`
-	LoadedAt        *time.Time   `json:"loadedAt,omitempty"`
-	Expression      string       `json:"expression,omitempty"`
-	Members         []memberInfo `json:"members,omitempty"`
-}
-
-type memberInfo struct {
-	Name   string `json:"name"`
-	Module string `json:"module"`
-	Digest string `json:"digest,omitempty"`
-	State  string `json:"state"`
-	Error  string `json:"error,omitempty"`
-}
-
 func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 	set := s.acquire()
 	defer set.release()
 	s.statusMu.RLock()
 	last := s.lastReload
 	s.statusMu.RUnlock()
-	out := struct {
-		Generation uint64       `json:"generation"`
-		LoadedAt   time.Time    `json:"loadedAt"`
-		Embedded   bool         `json:"embedded,omitempty"`
-		LastReload reloadStatus `json:"lastReload"`
-		Policies   []policyInfo `json:"policies"`
-	}{Generation: set.gen, LoadedAt: set.loadedAt, Embedded: set.cfg.Embedded, LastReload: last, Policies: []policyInfo{}}
+	out := status.Policies{Generation: set.gen, LoadedAt: set.loadedAt, ConfigDigest: set.digest, Embedded: set.cfg.Embedded,
+		LastReload: last, Policies: make([]status.Policy, 0, len(set.entries))}
 	ids := make([]string, 0, len(set.entries))
 	for id := range set.entries {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		e := set.entries[id]
-		pi := policyInfo{ID: id, Kind: "policy", Mode: string(e.cfg.Mode), AllowedToMutate: e.cfg.AllowedToMutate, State: e.state()}
-		if e.err != nil {
-			pi.Error = e.err.Error()
-		}
-		if e.unit != nil {
-			pi.Module, pi.Digest = e.unit.module, e.unit.digest
-			if !e.unit.loadedAt.IsZero() {
-				t := e.unit.loadedAt
-				pi.LoadedAt = &t
-			}
-		} else {
-			pi.Kind, pi.Expression = "group", e.cfg.Group.Expression
-			for _, m := range e.cfg.Group.Members {
-				u := e.members[m.Name]
-				mi := memberInfo{Name: m.Name, Module: u.module, Digest: u.digest, State: stateReady}
-				if u.err != nil {
-					mi.State, mi.Error = stateFailed, u.err.Error()
-				}
-				pi.Members = append(pi.Members, mi)
-			}
-		}
-		out.Policies = append(out.Policies, pi)
+		out.Policies = append(out.Policies, set.entries[id].status())
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(out)
+}
+
+// status is the entry's /policies form.
+func (e *entry) status() status.Policy {
+	p := status.Policy{ID: e.cfg.ID, Kind: status.KindPolicy, Mode: string(e.cfg.Mode), AllowedToMutate: e.cfg.AllowedToMutate, State: e.state()}
+	switch {
+	case e.err != nil:
+		p.Error = e.err.Error()
+	case e.stale != nil:
+		p.Stale, p.Error = true, e.stale.Error()
+	}
+	if e.unit != nil {
+		p.Module, p.Digest = e.unit.module, e.unit.digest
+		if !e.unit.loadedAt.IsZero() {
+			t := e.unit.loadedAt
+			p.LoadedAt = &t
+		}
+		return p
+	}
+	p.Kind, p.Expression = status.KindGroup, e.cfg.Group.Expression
+	for _, m := range e.cfg.Group.Members {
+		u := e.members[m.Name]
+		mi := status.Member{Name: m.Name, Module: u.module, Digest: u.digest, State: status.StateReady}
+		if u.err != nil {
+			mi.State, mi.Error = status.StateFailed, u.err.Error()
+		}
+		p.Members = append(p.Members, mi)
+	}
+	return p
 }

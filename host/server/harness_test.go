@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
@@ -230,8 +231,7 @@ func start(t testing.TB, ho harnessOpts) *harness {
 			tlsCfg = cr.TLSConfig()
 		}
 	}
-	src, _ := os.ReadFile(h.pfile)
-	so := Options{Config: cfg, Loader: ho.loader, Logger: logger, TLS: tlsCfg, Source: src, Certs: h.certsR,
+	so := Options{Config: cfg, Loader: ho.loader, Logger: logger, TLS: tlsCfg, Certs: h.certsR,
 		Reread: func() (*config.Config, []byte, error) {
 			b, err := os.ReadFile(h.pfile)
 			if err != nil {
@@ -239,9 +239,9 @@ func start(t testing.TB, ho harnessOpts) *harness {
 			}
 			pols, warns, err := config.ParsePolicies(h.pfile, b)
 			if err != nil {
-				return nil, nil, err
+				return nil, b, err
 			}
-			return &config.Config{Options: o, Policies: pols, Warnings: warns}, b, nil
+			return &config.Config{Options: o, Policies: pols, Warnings: warns, Source: b}, b, nil
 		}}
 	if ho.watch {
 		so.WatchFiles = []string{h.pfile}
@@ -320,6 +320,28 @@ func (h *harness) get(path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// policies gets and decodes GET /policies.
+func (h *harness) policies() status.Policies {
+	h.t.Helper()
+	code, body := h.get("/policies")
+	var pl status.Policies
+	if err := json.Unmarshal([]byte(body), &pl); code != 200 || err != nil {
+		h.t.Fatalf("GET /policies: HTTP %d %v: %s", code, err, body)
+	}
+	return pl
+}
+
+// policy is policy id of GET /policies (zero when absent).
+func (h *harness) policy(id string) status.Policy {
+	h.t.Helper()
+	for _, p := range h.policies().Policies {
+		if p.ID == id {
+			return p
+		}
+	}
+	return status.Policy{}
 }
 
 // reviewFor builds an AdmissionReview for obj.

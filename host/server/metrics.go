@@ -18,6 +18,7 @@ type metrics struct {
 	queued          prometheus.Gauge
 	overloaded      prometheus.Counter
 	policyLoaded    *prometheus.GaugeVec
+	policyStale     *prometheus.GaugeVec
 	reloads         *prometheus.CounterVec
 	lastReload      prometheus.Gauge
 	generation      prometheus.Gauge
@@ -74,19 +75,24 @@ func newMetrics() *metrics {
 		Help: "1 when the policy (or group) of the serving configuration is loaded, 0 when it failed.",
 	}, []string{"policy"})
 	f(m.policyLoaded)
+	m.policyStale = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_policy_stale",
+		Help: "1 when the policy's version in the serving configuration failed to load and its previous version keeps serving, else 0.",
+	}, []string{"policy"})
+	f(m.policyStale)
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_config_reloads_total",
-		Help: "Configuration reloads by outcome (success, failure, unchanged).",
+		Help: "Configuration reloads by outcome: success (adopted, every policy loaded), partial (adopted, some policies failed or stale), failure (rejected whole), unchanged.",
 	}, []string{"outcome"})
 	f(m.reloads)
 	m.lastReload = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tollgate_config_last_reload_success_timestamp_seconds",
-		Help: "Unix time of the last configuration that was loaded and swapped in.",
+		Help: "Unix time of the last configuration that was adopted and swapped in (success or partial).",
 	})
 	f(m.lastReload)
 	m.generation = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tollgate_config_generation",
-		Help: "Generation of the serving configuration (1 at start, +1 per successful reload).",
+		Help: "Generation of the serving configuration (1 at start, +1 per adopted reload).",
 	})
 	f(m.generation)
 	m.loadDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -116,6 +122,13 @@ func newMetrics() *metrics {
 	})
 	f(m.acceptedByNsTot)
 	return m
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func boolLabel(b bool) string {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -144,38 +146,36 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	t.Logf("%d requests, 0 failed, across %d reloads", ok.Load(), len(labels))
 }
 
+// TestInvalidReloadKeepsServing: a file that does not parse or validate is
+// rejected as a whole; /policies keeps the serving file's digest and shows
+// the rejected one's in lastReload.
 func TestInvalidReloadKeepsServing(t *testing.T) {
 	l := newTestLoader(t)
 	h := start(t, harnessOpts{policies: reloadPolicies(t, "owner"), loader: l})
+	served := status.Digest([]byte(reloadPolicies(t, "owner")))
 	good := reviewFor("g", "CREATE", "default", pod(map[string]string{"owner": "x"}))
 	for _, tt := range []struct{ name, content, wantErr string }{
 		{"YAML syntax", "labels: [", "malformed YAML"},
 		{"invalid field", "labels: {module: x, policyMode: loud}", `field policyMode: value "loud"`},
-		{"module missing", reloadPolicies(t, "owner") + "extra:\n  module: /nope/policy.wasm\n", "policy extra"},
-		{"settings rejected", strings.Replace(reloadPolicies(t, "owner"), "{mandatory_labels: [owner]}", "{mandatory_labels: 3}", 1), "policy labels"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			writeFile(t, h.pfile, tt.content)
 			err := h.srv.Reload(context.Background(), "test", false)
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Reload error = %v, want %q", err, tt.wantErr)
+			if !errors.Is(err, ErrReload) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Reload error = %v, want ErrReload and %q", err, tt.wantErr)
 			}
 			if _, r := h.review("/validate/labels", good); !r.Allowed {
 				t.Fatalf("old configuration no longer serves: %+v", r.Status)
 			}
-			_, body := h.get("/policies")
-			var pl struct {
-				Generation uint64
-				LastReload reloadStatus
-			}
-			json.Unmarshal([]byte(body), &pl)
-			if pl.Generation != 1 || pl.LastReload.OK || !strings.Contains(pl.LastReload.Error, tt.wantErr) {
-				t.Fatalf("/policies after a bad reload: %s", body)
+			pl := h.policies()
+			if pl.Generation != 1 || pl.ConfigDigest != served || pl.LastReload.OK || !strings.Contains(pl.LastReload.Error, tt.wantErr) ||
+				pl.LastReload.Digest != status.Digest([]byte(tt.content)) {
+				t.Fatalf("/policies after a bad reload: %+v", pl)
 			}
 		})
 	}
 	_, metrics := h.get("/metrics")
-	if !strings.Contains(metrics, `tollgate_config_reloads_total{outcome="failure"} 4`) {
+	if !strings.Contains(metrics, `tollgate_config_reloads_total{outcome="failure"} 2`) {
 		t.Errorf("failure metric missing")
 	}
 	// a good configuration afterwards is applied; an unchanged file is a no-op
@@ -344,12 +344,13 @@ func TestFailedPolicyRetried(t *testing.T) {
 }
 
 // TestReloadFixesOnePolicyWhileAnotherStaysBroken: a reload that fixes a
-// policy is applied although another policy is still failing as before.
+// policy is applied although another policy is still failing as before;
+// breaking the fixed one again leaves it serving, stale.
 func TestReloadFixesOnePolicyWhileAnotherStaysBroken(t *testing.T) {
 	labels := wasmPath(t, "examples/required-labels")
 	h := start(t, harnessOpts{policies: "a:\n  module: /nonexistent/a.wasm\nb:\n  module: /nonexistent/b.wasm\n"})
 	writeFile(t, h.pfile, fmt.Sprintf("a:\n  module: %s\n  settings: {mandatory_labels: [owner]}\nb:\n  module: /nonexistent/b.wasm\n", labels))
-	if err := h.srv.Reload(context.Background(), "test", false); err != nil {
+	if err := h.srv.Reload(context.Background(), "test", false); !errors.Is(err, ErrPolicyLoad) || !strings.Contains(err.Error(), "policy b") || strings.Contains(err.Error(), "policy a") {
 		t.Fatalf("reload fixing a: %v", err)
 	}
 	if code, r := h.review("/validate/a", reviewFor("a", "CREATE", "default", pod(map[string]string{"owner": "x"}))); code != 200 || !r.Allowed {
@@ -358,9 +359,16 @@ func TestReloadFixesOnePolicyWhileAnotherStaysBroken(t *testing.T) {
 	if code, _ := h.review("/validate/b", reviewFor("b", "CREATE", "default", pod(nil))); code != 500 {
 		t.Fatalf("b: HTTP %d, want 500", code)
 	}
-	// breaking a again is rejected: a reload may not make things worse
+	// breaking a again leaves its loaded version serving: a reload may not
+	// make things worse
 	writeFile(t, h.pfile, "a:\n  module: /nonexistent/a.wasm\nb:\n  module: /nonexistent/b.wasm\n")
-	if err := h.srv.Reload(context.Background(), "test", false); err == nil || !strings.Contains(err.Error(), "policy a") {
+	if err := h.srv.Reload(context.Background(), "test", false); !errors.Is(err, ErrPolicyLoad) || !strings.Contains(err.Error(), "policy a (previous version serving)") {
 		t.Fatalf("reload breaking a: %v", err)
+	}
+	if code, r := h.review("/validate/a", reviewFor("a", "CREATE", "default", pod(map[string]string{"owner": "x"}))); code != 200 || !r.Allowed {
+		t.Fatalf("a after breaking it again: HTTP %d", code)
+	}
+	if p := h.policy("a"); p.State != status.StateReady || !p.Stale || !strings.Contains(p.Error, "/nonexistent/a.wasm") {
+		t.Fatalf("a after breaking it again: %+v", p)
 	}
 }

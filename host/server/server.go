@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-dev/tollgate/host/config"
+	"github.com/tollgate-dev/tollgate/host/server/status"
 )
 
 // Sentinel errors.
@@ -28,11 +29,16 @@ var (
 	ErrStrict = errors.New("a policy failed to load")
 	// ErrReload: a reload was rejected; the previous configuration keeps serving.
 	ErrReload = errors.New("reload rejected")
+	// ErrPolicyLoad: a reload was adopted, but some of its policies did not
+	// load (failed, or stale: their previous version keeps serving).
+	ErrPolicyLoad = errors.New("reload adopted, but some policies did not load")
 )
 
 // Options configure a Server. Config and Loader are required.
 type Options struct {
-	// Config is the initial configuration (its Options carry ports, limits...).
+	// Config is the initial configuration (its Options carry ports, limits...;
+	// its Source is the policies.yml content, to skip reloads of an unchanged
+	// file and to report its digest).
 	Config *config.Config
 	// Loader fetches modules and loads policies.
 	Loader Loader
@@ -41,11 +47,10 @@ type Options struct {
 	// TLS serves the webhook; nil with Config.Options.InsecureHTTP serves plain HTTP.
 	TLS *tls.Config
 	// Reread returns the configuration to switch to on a reload (typically:
-	// parse the policies file again). Nil disables reloading.
+	// parse the policies file again) and the bytes it was parsed from. When
+	// the file does not parse, it returns the bytes with the error, so that
+	// the rejected file's digest is reported. Nil disables reloading.
 	Reread func() (*config.Config, []byte, error)
-	// Source is the policies.yml content Config was parsed from (to skip
-	// reloads of an unchanged file). May be nil.
-	Source []byte
 	// WatchFiles are watched for changes that trigger a reload.
 	WatchFiles []string
 	// Certs, when set, is the certificate reloader behind TLS; the server
@@ -70,7 +75,7 @@ type Server struct {
 	closing atomic.Bool
 
 	reloadMu   sync.Mutex
-	lastReload reloadStatus
+	lastReload status.Reload
 	statusMu   sync.RWMutex
 
 	hook    *http.Server
@@ -85,13 +90,6 @@ type Server struct {
 	// shared by consecutive sets is closed only after every set that used it
 	// drained.
 	lastCloser chan struct{}
-}
-
-type reloadStatus struct {
-	Time    time.Time `json:"time"`
-	OK      bool      `json:"ok"`
-	Error   string    `json:"error,omitempty"`
-	Trigger string    `json:"trigger"`
 }
 
 // New builds the server and loads the initial policy set (all policies in
@@ -112,7 +110,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	s.warnContextAware(o.Config)
 	start := time.Now()
 	set, st := build(ctx, o.Loader, o.Config, s.gen.Add(1), nil)
-	set.source = o.Source
+	set.setSource(o.Config.Source)
 	s.m.loadDuration.Observe(time.Since(start).Seconds())
 	s.countLoads(st)
 	for _, id := range set.failed() {
@@ -131,7 +129,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	}
 	s.log.Info("policies loaded", "policies", len(set.entries), "failed", len(set.failed()), "duration", time.Since(start).Round(time.Millisecond))
 	s.swap(set, "start")
-	s.setStatus(reloadStatus{Time: time.Now(), OK: true, Trigger: "start"})
+	s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: "start", Digest: set.digest})
 	return s, nil
 }
 
@@ -168,7 +166,7 @@ func (s *Server) countLoads(st buildStats) {
 	s.m.unitsLoaded.WithLabelValues("failed").Add(float64(st.failed))
 }
 
-func (s *Server) setStatus(r reloadStatus) {
+func (s *Server) setStatus(r status.Reload) {
 	s.statusMu.Lock()
 	s.lastReload = r
 	s.statusMu.Unlock()
@@ -181,12 +179,10 @@ func (s *Server) swap(set *policySet, trigger string) {
 	s.m.generation.Set(float64(set.gen))
 	s.m.lastReload.SetToCurrentTime()
 	s.m.policyLoaded.Reset()
+	s.m.policyStale.Reset()
 	for id, e := range set.entries {
-		v := 1.0
-		if e.err != nil {
-			v = 0
-		}
-		s.m.policyLoaded.WithLabelValues(id).Set(v)
+		s.m.policyLoaded.WithLabelValues(id).Set(boolValue(e.err == nil))
+		s.m.policyStale.WithLabelValues(id).Set(boolValue(e.stale != nil))
 	}
 	if old == nil {
 		return
@@ -220,10 +216,17 @@ func (s *Server) acquire() *policySet {
 	}
 }
 
-// Reload rebuilds the policy set from Options.Reread and swaps it in. An
-// invalid configuration, or one where a policy fails to load that is loaded
-// (or absent) in the serving set, is rejected and the current set keeps
-// serving. force reloads an unchanged file too.
+// Reload rebuilds the policy set from Options.Reread and swaps it in. force
+// reloads an unchanged file too.
+//
+// A file that cannot be read, parsed or validated is rejected as a whole:
+// the current set keeps serving and the error wraps ErrReload. Otherwise the
+// file is adopted, with per-policy atomicity, so that a reload never makes
+// anything worse: a policy (or group, as one unit) whose new version fails
+// to load keeps serving its previous version if it had one that was loaded
+// (it is stale), and is failed (its endpoint answers 500) if it is new or was
+// failed already. An adopted file with such policies returns an error
+// wrapping ErrPolicyLoad that names them.
 func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	if s.o.Reread == nil {
 		return fmt.Errorf("%w: reloading is not configured", ErrReload)
@@ -234,19 +237,29 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 		return fmt.Errorf("%w: the server is shutting down", ErrReload)
 	}
 	cfg, src, err := s.o.Reread()
+	digest := ""
+	if src != nil {
+		digest = status.Digest(src)
+	}
 	fail := func(err error) error {
 		s.m.reloads.WithLabelValues("failure").Inc()
-		s.setStatus(reloadStatus{Time: time.Now(), OK: false, Error: err.Error(), Trigger: trigger})
-		s.log.Error("reload rejected; the previous configuration keeps serving", "trigger", trigger, "error", err)
+		s.setStatus(status.Reload{Time: time.Now(), OK: false, Error: err.Error(), Trigger: trigger, Digest: digest})
+		s.log.Error("reload rejected; the previous configuration keeps serving", "trigger", trigger, "digest", digest, "error", err)
 		return fmt.Errorf("%w: %w", ErrReload, err)
 	}
 	if err != nil {
 		return fail(err)
 	}
 	cur := s.cur.Load()
-	if !force && src != nil && cur.source != nil && bytes.Equal(src, cur.source) {
+	// unchanged: the file is the one that serves (which a previous rejected
+	// attempt may have hidden in lastReload)
+	unchanged := func() error {
 		s.m.reloads.WithLabelValues("unchanged").Inc()
+		s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: trigger, Digest: digest})
 		return nil
+	}
+	if !force && src != nil && cur.source != nil && bytes.Equal(src, cur.source) {
+		return unchanged()
 	}
 	for _, w := range cfg.Warnings {
 		s.log.Warn("configuration warning", "warning", w)
@@ -257,39 +270,46 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	cfg.Options = s.opts
 	start := time.Now()
 	set, st := build(ctx, s.o.Loader, cfg, s.gen.Load()+1, cur)
-	set.source = src
+	set.setSource(src)
+	set.keepLoaded(cur)
 	s.m.loadDuration.Observe(time.Since(start).Seconds())
 	s.countLoads(st)
-	// A reload must not make anything worse: it is rejected when a policy
-	// fails to load that the serving set has loaded, or does not have.
-	// Policies that were already failing may keep failing (so fixing one
-	// policy is not blocked by another that is still broken).
-	var errs []error
-	for _, id := range set.failed() {
-		if old, ok := cur.entries[id]; !ok || old.err == nil {
-			errs = append(errs, fmt.Errorf("policy %s: %w", id, set.entries[id].err))
-		}
-	}
-	if len(errs) > 0 {
-		closeUnshared(ctx, set, cur)
-		return fail(errors.Join(errs...))
-	}
-	// A forced reload (SIGHUP, retry) of the same file that loaded nothing
-	// new and fails the same policies changes nothing: keep the serving set.
-	if st.loaded == 0 && src != nil && bytes.Equal(src, cur.source) && slices.Equal(set.failed(), cur.failed()) {
-		s.m.reloads.WithLabelValues("unchanged").Inc()
-		return nil
-	}
 	if ctx.Err() != nil {
 		closeUnshared(ctx, set, cur)
 		return fail(ctx.Err())
 	}
+	// A forced reload (SIGHUP, retry) of the same file that loaded nothing
+	// new and leaves the same policies failed and stale changes nothing:
+	// keep the serving set.
+	if st.loaded == 0 && src != nil && bytes.Equal(src, cur.source) &&
+		slices.Equal(set.failed(), cur.failed()) && slices.Equal(set.staleIDs(), cur.staleIDs()) {
+		return unchanged()
+	}
 	set.gen = s.gen.Add(1)
 	s.swap(set, trigger)
-	s.m.reloads.WithLabelValues("success").Inc()
-	s.setStatus(reloadStatus{Time: time.Now(), OK: true, Trigger: trigger})
-	s.log.Info("configuration reloaded", "trigger", trigger, "generation", set.gen, "policies", len(set.entries),
-		"loaded", st.loaded, "reused", st.reused, "duration", time.Since(start).Round(time.Millisecond))
+	s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: trigger, Digest: digest})
+	var errs []error
+	for _, id := range set.failed() {
+		err := set.entries[id].err
+		s.log.Error("policy failed to load; its endpoint answers 500 until a reload fixes it", "policy", id, "error", err)
+		errs = append(errs, fmt.Errorf("policy %s: %w", id, err))
+	}
+	for _, id := range set.staleIDs() {
+		err := set.entries[id].stale
+		s.log.Error("the new version of a policy failed to load; its previous version keeps serving", "policy", id, "error", err)
+		errs = append(errs, fmt.Errorf("policy %s (previous version serving): %w", id, err))
+	}
+	outcome := "success"
+	if len(errs) > 0 {
+		outcome = "partial"
+	}
+	s.m.reloads.WithLabelValues(outcome).Inc()
+	s.log.Info("configuration reloaded", "trigger", trigger, "generation", set.gen, "digest", digest, "policies", len(set.entries),
+		"loaded", st.loaded, "reused", st.reused, "failed", len(set.failed()), "stale", len(set.staleIDs()),
+		"duration", time.Since(start).Round(time.Millisecond))
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrPolicyLoad, errors.Join(errs...))
+	}
 	return nil
 }
 
@@ -414,7 +434,8 @@ func (s *Server) watch(ctx context.Context) {
 }
 
 // retryFailed reloads the configuration while some of its policies are not
-// loaded (a registry that was down at start, a module not yet published),
+// loaded, or stale (a registry that was down at start, a module not yet
+// published),
 // with exponential backoff, so the server heals without a restart.
 func (s *Server) retryFailed(ctx context.Context) {
 	first := s.o.RetryInterval
@@ -437,12 +458,12 @@ func (s *Server) retryFailed(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			if len(s.cur.Load().failed()) == 0 {
+			if !s.cur.Load().pending() {
 				wait = first
 				continue
 			}
 			_ = s.Reload(ctx, "retry", true)
-			if len(s.cur.Load().failed()) > 0 {
+			if s.cur.Load().pending() {
 				wait = min(2*wait, maxWait)
 			} else {
 				wait = first

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/config"
+	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -346,12 +347,12 @@ func TestProbeEndpoints(t *testing.T) {
 	code, body := h.get("/policies")
 	var pl struct {
 		Generation uint64
-		Policies   []policyInfo
+		Policies   []status.Policy
 	}
 	if err := json.Unmarshal([]byte(body), &pl); code != 200 || err != nil {
 		t.Fatalf("policies %d %v %s", code, err, body)
 	}
-	byID := map[string]policyInfo{}
+	byID := map[string]status.Policy{}
 	for _, p := range pl.Policies {
 		byID[p.ID] = p
 	}

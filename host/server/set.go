@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 )
 
@@ -69,12 +70,6 @@ func (l *HostLoader) Load(ctx context.Context, spec policy.Spec) (Evaluator, err
 	return p, nil
 }
 
-// Load states reported by /policies and tollgate_policy_loaded.
-const (
-	stateReady  = "ready"
-	stateFailed = "failed"
-)
-
 // unit is one loaded module with its settings: a policy or a group member.
 type unit struct {
 	id       string // policy id, or "group/member"
@@ -94,6 +89,10 @@ type entry struct {
 	unit    *unit            // single policy
 	members map[string]*unit // group
 	err     error            // load error (first member error for groups)
+	// stale is the load error of the set's configuration of this policy
+	// when the entry serves the previous set's loaded version instead (cfg,
+	// unit and members are that version's).
+	stale error
 
 	// throttleUntil (unix ns): after an evaluation that hit its deadline or
 	// memory limit, the policy runs one evaluation at a time until then, so
@@ -104,9 +103,9 @@ type entry struct {
 
 func (e *entry) state() string {
 	if e.err != nil {
-		return stateFailed
+		return status.StateFailed
 	}
-	return stateReady
+	return status.StateReady
 }
 
 // policySet is an immutable generation of loaded policies. Requests hold a
@@ -116,6 +115,7 @@ type policySet struct {
 	gen      uint64
 	cfg      *config.Config
 	source   []byte // the policies.yml bytes it was built from (nil for embedded)
+	digest   string // status.Digest(source), "" without source
 	entries  map[string]*entry
 	units    map[string]*unit // by key
 	loadedAt time.Time
@@ -143,16 +143,63 @@ func (s *policySet) retire() {
 	}
 }
 
+func (s *policySet) setSource(src []byte) {
+	s.source = src
+	if src != nil {
+		s.digest = status.Digest(src)
+	}
+}
+
 // failed lists the ids of entries that did not load.
 func (s *policySet) failed() []string {
+	return s.ids(func(e *entry) bool { return e.err != nil })
+}
+
+// staleIDs lists the ids of entries that serve a previous version.
+func (s *policySet) staleIDs() []string {
+	return s.ids(func(e *entry) bool { return e.stale != nil })
+}
+
+// pending reports whether some entry is failed or stale: a retry may help.
+func (s *policySet) pending() bool {
+	for _, e := range s.entries {
+		if e.err != nil || e.stale != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *policySet) ids(keep func(*entry) bool) []string {
 	var out []string
 	for id, e := range s.entries {
-		if e.err != nil {
+		if keep(e) {
 			out = append(out, id)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// keepLoaded makes every entry of s that failed to load, and that prev
+// serves loaded (current or stale), serve prev's version instead: the
+// entry becomes stale with its load error. A group is kept as one unit.
+// The kept units join s.units, so s shares them and closes them only when
+// it retires without a successor that uses them.
+func (s *policySet) keepLoaded(prev *policySet) {
+	for id, e := range s.entries {
+		old, ok := prev.entries[id]
+		if e.err == nil || !ok || old.err != nil {
+			continue
+		}
+		s.entries[id] = &entry{cfg: old.cfg, unit: old.unit, members: old.members, stale: e.err}
+		if old.unit != nil {
+			s.units[old.unit.key] = old.unit
+		}
+		for _, u := range old.members {
+			s.units[u.key] = u
+		}
+	}
 }
 
 // unitKey identifies a loaded unit for reuse across reloads: same id, module

@@ -1,0 +1,147 @@
+package status
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Policy states.
+const (
+	// StateReady: the policy is loaded and its endpoint evaluates requests.
+	StateReady = "ready"
+	// StateFailed: the policy is not loaded; its endpoint answers HTTP 500
+	// with an AdmissionReview error.
+	StateFailed = "failed"
+)
+
+// Policy kinds.
+const (
+	KindPolicy = "policy"
+	KindGroup  = "group"
+)
+
+// Policies is the body of GET /policies.
+type Policies struct {
+	// Generation of the serving policy set: 1 at start, +1 per adopted reload.
+	Generation uint64 `json:"generation"`
+	// LoadedAt is when the serving set was built.
+	LoadedAt time.Time `json:"loadedAt"`
+	// ConfigDigest is Digest of the exact policies.yml bytes the serving set
+	// was built from. Empty for the embedded default configuration.
+	ConfigDigest string `json:"configDigest"`
+	// Embedded is true when the server serves its embedded default
+	// configuration (no --policies).
+	Embedded bool `json:"embedded,omitempty"`
+	// LastReload is the outcome of the last reload attempt.
+	LastReload Reload `json:"lastReload"`
+	// Policies of the serving set, sorted by id.
+	Policies []Policy `json:"policies"`
+}
+
+// Reload is the outcome of a reload attempt (or of the start).
+type Reload struct {
+	Time time.Time `json:"time"`
+	// OK is true when the file was adopted: it parsed and validated, and it
+	// is the serving configuration now (some of its policies may still be
+	// failed or stale: see Policy). False when the file was rejected as a
+	// whole and the previous configuration keeps serving.
+	OK bool `json:"ok"`
+	// Error says why the file was rejected (OK false).
+	Error string `json:"error,omitempty"`
+	// Trigger is what started the attempt: start, file, SIGHUP, retry...
+	Trigger string `json:"trigger"`
+	// Digest is Digest of the file the attempt read, adopted or not. Empty
+	// when the file could not be read (or for the embedded configuration).
+	Digest string `json:"digest,omitempty"`
+}
+
+// Policy is one policy or policy group of the serving set.
+//
+// State is what the endpoint does now. Error, when set, is why the version of
+// the policy in the serving policies.yml did not load: with State failed,
+// nothing serves it; with Stale, the previous version keeps serving it.
+type Policy struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"` // KindPolicy or KindGroup
+	// Module and Digest (sha256 of the module bytes) of a single policy; for
+	// a stale policy, those of the version that serves.
+	Module          string `json:"module,omitempty"`
+	Digest          string `json:"digest,omitempty"`
+	Mode            string `json:"mode"`
+	AllowedToMutate bool   `json:"allowedToMutate"`
+	State           string `json:"state"` // StateReady or StateFailed
+	// Stale is true when the policy's version in the serving policies.yml
+	// failed to load (Error says why) and the version loaded before keeps
+	// serving its endpoint; Module, Digest, Mode, AllowedToMutate, LoadedAt,
+	// Expression and Members describe that previous version. State is then
+	// StateReady.
+	Stale bool   `json:"stale,omitempty"`
+	Error string `json:"error,omitempty"`
+	// LoadedAt is when the serving version was loaded (single policies).
+	LoadedAt *time.Time `json:"loadedAt,omitempty"`
+	// Expression and Members of a group.
+	Expression string   `json:"expression,omitempty"`
+	Members    []Member `json:"members,omitempty"`
+}
+
+// Current reports whether the policy serves exactly the version of the
+// serving policies.yml: loaded and not stale.
+func (p *Policy) Current() bool { return p.State == StateReady && !p.Stale }
+
+// Member is one policy of a group.
+type Member struct {
+	Name   string `json:"name"`
+	Module string `json:"module"`
+	Digest string `json:"digest,omitempty"`
+	State  string `json:"state"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Digest is the "sha256:<hex>" form of the SHA-256 of b, as in ConfigDigest.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Reasons Serves gives for a policy that is not active.
+var (
+	// ErrOtherConfig: the server does not serve the expected policies.yml
+	// (not seen yet, or rejected: see LastReload).
+	ErrOtherConfig = errors.New("the server serves another policies.yml")
+	// ErrNoPolicy: the served policies.yml has no such policy.
+	ErrNoPolicy = errors.New("no such policy in the served policies.yml")
+	// ErrNotLoaded: the policy's version in the served policies.yml is not
+	// loaded (failed, or stale with its previous version serving).
+	ErrNotLoaded = errors.New("the policy is not loaded")
+)
+
+// Serves reports whether the server serves the policies.yml whose digest is
+// configDigest, with policy id loaded at the version that file gives. It
+// returns nil when it does, and otherwise an error wrapping ErrOtherConfig,
+// ErrNoPolicy or ErrNotLoaded that says why (with the server's load error).
+func (ps *Policies) Serves(configDigest, id string) error {
+	if ps.ConfigDigest != configDigest {
+		if !ps.LastReload.OK && ps.LastReload.Digest == configDigest {
+			return fmt.Errorf("%w (%s): %s was rejected: %s", ErrOtherConfig, ps.ConfigDigest, configDigest, ps.LastReload.Error)
+		}
+		return fmt.Errorf("%w: %s, not %s", ErrOtherConfig, ps.ConfigDigest, configDigest)
+	}
+	for i := range ps.Policies {
+		p := &ps.Policies[i]
+		if p.ID != id {
+			continue
+		}
+		switch {
+		case p.Current():
+			return nil
+		case p.Stale:
+			return fmt.Errorf("%w: policy %s: its new version failed to load (the previous one keeps serving): %s", ErrNotLoaded, id, p.Error)
+		default:
+			return fmt.Errorf("%w: policy %s: %s", ErrNotLoaded, id, p.Error)
+		}
+	}
+	return fmt.Errorf("%w: %s", ErrNoPolicy, id)
+}
