@@ -37,6 +37,12 @@ demo: policies build
 tools:
 	./scripts/install-tools.sh
 
+# k8s-tools builds kube-apiserver, kubectl, etcd, controller-gen and helm from the Go module proxy
+# (pinned; the first run takes about 10 minutes, kube-apiserver being most of it) and prints
+# name=path lines. See scripts/install-k8s-tools.sh and docs/e2e.md.
+k8s-tools:
+	./scripts/install-k8s-tools.sh
+
 # policies builds every example and built-in policy and the test fixtures (skipping those that are
 # up to date; scripts/build-policies.sh -f rebuilds all).
 policies: tools

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# install-k8s-tools.sh builds the Kubernetes tools the operator's end-to-end tests need, from the Go
+# module proxy (no release downloads, no envtest): kube-apiserver and kubectl, etcd, controller-gen
+# and helm. Each is pinned and built into a cache keyed by version OUTSIDE the repository, shared by
+# every clone on the machine:
+#   ${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}/<name>-<version>/bin/<name>
+#
+# Usage: install-k8s-tools.sh [tool...]   tools: kube-apiserver kubectl etcd controller-gen helm
+#                                         (default: all of them)
+# Prints one `name=path` line on stdout per selected tool (built now or found in the cache), so
+# Makefiles and tests can use them; everything else goes to stderr.
+#
+# Idempotent: a second run only checks that the binaries exist (no network, well under a second).
+# Every tool is built in a temporary directory and renamed into place, so an interrupted run never
+# leaves a half-built tool behind. Builds run one after another (kube-apiserver alone takes several
+# GB of memory and about 7 minutes on 2 cores).
+#
+# `go install module@version` is not used: the proxy refuses some modules' version lists (403),
+# which go install reads. Each tool is built through a small wrapper module that requires it.
+#
+# Environment:
+#   TOLLGATE_TOOLS_DIR        where tools are cached (see above)
+#   KUBERNETES_VERSION        default 1.36.3 (kube-apiserver, kubectl; staging modules v0.MINOR.PATCH)
+#   ETCD_VERSION              default 3.6.16
+#   CONTROLLER_TOOLS_VERSION  default 0.23.0 (controller-gen)
+#   HELM_VERSION              default 3.21.4
+#   GO                        the go command (default: go)
+set -euo pipefail
+
+KUBERNETES_VERSION="${KUBERNETES_VERSION:-1.36.3}"
+ETCD_VERSION="${ETCD_VERSION:-3.6.16}"
+CONTROLLER_TOOLS_VERSION="${CONTROLLER_TOOLS_VERSION:-0.23.0}"
+HELM_VERSION="${HELM_VERSION:-3.21.4}"
+
+# HOME may be unset in a stripped CI environment: fall back to the account's home directory.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
+TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
+GO="${GO:-go}"
+ALL_TOOLS=(kube-apiserver kubectl etcd controller-gen helm)
+
+log() { printf 'install-k8s-tools: %s\n' "$*" >&2; }
+die() { printf 'install-k8s-tools: error: %s\n' "$*" >&2; exit 1; }
+
+tool_version() {
+	case "$1" in
+	kube-apiserver | kubectl) echo "$KUBERNETES_VERSION" ;;
+	etcd) echo "$ETCD_VERSION" ;;
+	controller-gen) echo "$CONTROLLER_TOOLS_VERSION" ;;
+	helm) echo "$HELM_VERSION" ;;
+	*) die "unknown tool $1 (known: ${ALL_TOOLS[*]})" ;;
+	esac
+}
+
+tool_bin() { echo "$TOOLS_DIR/$1-$(tool_version "$1")/bin/$1"; }
+
+# go_build WRAPPER_GOMOD_EXTRA OUTDIR REQUIRE_MODULE@VERSION PACKAGE... builds PACKAGEs into OUTDIR
+# through a wrapper module in a temporary directory that requires the module (plus the extra go.mod
+# lines given, e.g. replace directives). Sets the global WRAP to the wrapper directory.
+go_build() {
+	local extra="$1" out="$2" req="$3"
+	shift 3
+	local wrap="$TMP/wrapper"
+	rm -rf "$wrap"
+	mkdir -p "$wrap"
+	{
+		printf 'module tollgate.local/k8s-tools-wrapper\n\ngo 1.26\n\nrequire %s %s\n' "${req%@*}" "${req#*@}"
+		printf '%s\n' "$extra"
+	} >"$wrap/go.mod"
+	{
+		printf '//go:build tools\n\npackage tools\n\nimport (\n'
+		local p
+		for p in "$@"; do printf '\t_ "%s"\n' "$p"; done
+		printf ')\n'
+	} >"$wrap/tools.go"
+	(
+		cd "$wrap"
+		export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+		"$GO" mod tidy >&2 || die "go mod tidy of the wrapper for $req failed"
+		"$GO" build -trimpath -ldflags='-s -w' -o "$out/" "$@" >&2
+	) || die "building $* ($req) failed"
+}
+
+# install_bin NAME SRC moves the freshly built binary SRC to NAME's place in the cache (via a
+# temporary directory renamed into place).
+install_bin() {
+	local name="$1" src="$2" bin root
+	bin="$(tool_bin "$name")"
+	root="${bin%/bin/*}"
+	[[ -x "$src" ]] || die "$src was not built"
+	mkdir -p "$TMP/$name/bin"
+	mv "$src" "$TMP/$name/bin/$name"
+	rm -rf "$root"
+	if ! mv -T "$TMP/$name" "$root" 2>/dev/null; then
+		# Another run (another clone) finished first; keep its result.
+		[[ -x "$bin" ]] || die "cannot move $name into $root"
+	fi
+}
+
+# kube_replaces prints a replace directive pinning every staging module that k8s.io/kubernetes
+# requires to the published v0.MINOR.PATCH: its own `replace k8s.io/x => ./staging/...` directives
+# do not apply to a module that depends on it. The list is read from its real go.mod.
+kube_replaces() {
+	local gomod staging="v0.${KUBERNETES_VERSION#*.}"
+	gomod="$(cd "$TMP" && GOTOOLCHAIN=local "$GO" mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" |
+		sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')"
+	[[ -f "$gomod" ]] || die "cannot download the go.mod of k8s.io/kubernetes@v$KUBERNETES_VERSION"
+	local mods m
+	# Required at v0.0.0 (so never a published version) and replaced by a staging directory.
+	mods="$(awk '$2 == "v0.0.0" && $1 ~ /^k8s\.io\// { print $1 }' "$gomod" | sort -u)"
+	[[ -n "$mods" ]] || die "no staging modules found in $gomod"
+	printf 'replace (\n'
+	for m in $mods; do
+		grep -q "^[[:space:]]*$m => ./staging/" "$gomod" || die "$m required at v0.0.0 but not a staging replace in $gomod"
+		printf '\t%s => %s %s\n' "$m" "$m" "$staging"
+	done
+	printf ')\n'
+}
+
+build_kube() {
+	log "building kube-apiserver and kubectl v$KUBERNETES_VERSION (SLOW: about 7-10 minutes on 2 cores, several GB of memory)"
+	local replaces
+	replaces="$(kube_replaces)" || exit 1
+	go_build "$replaces" "$TMP/out" "k8s.io/kubernetes@v$KUBERNETES_VERSION" \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+	install_bin kube-apiserver "$TMP/out/kube-apiserver"
+	install_bin kubectl "$TMP/out/kubectl"
+}
+
+build_one() {
+	local name="$1"
+	case "$name" in
+	kube-apiserver | kubectl) build_kube ;;
+	etcd)
+		log "building etcd v$ETCD_VERSION (about a minute)"
+		go_build "" "$TMP/out" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3
+		# go build names the binary of the module root package after the path without /v3: server.
+		local b
+		for b in server v3 etcd; do [[ -x "$TMP/out/$b" ]] && break; done
+		install_bin etcd "$TMP/out/$b"
+		;;
+	controller-gen)
+		log "building controller-gen v$CONTROLLER_TOOLS_VERSION (about a minute)"
+		go_build "" "$TMP/out" "sigs.k8s.io/controller-tools@v$CONTROLLER_TOOLS_VERSION" \
+			sigs.k8s.io/controller-tools/cmd/controller-gen
+		install_bin controller-gen "$TMP/out/controller-gen"
+		;;
+	helm)
+		log "building helm v$HELM_VERSION (about a minute)"
+		go_build "" "$TMP/out" "helm.sh/helm/v3@v$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+		install_bin helm "$TMP/out/helm"
+		;;
+	esac
+}
+
+main() {
+	local tools=("$@") t
+	((${#tools[@]})) || tools=("${ALL_TOOLS[@]}")
+	for t in "${tools[@]}"; do tool_version "$t" >/dev/null; done
+	for t in "${tools[@]}"; do
+		if [[ ! -x "$(tool_bin "$t")" ]]; then
+			command -v "$GO" >/dev/null || die "go not found (set GO=/path/to/go)"
+			mkdir -p "$TOOLS_DIR"
+			# Leftovers of runs that were killed (SIGKILL skips the cleanup trap); two hours is far
+			# longer than a build, so a concurrent run's directory is never removed.
+			find "$TOOLS_DIR" -maxdepth 1 -name ".k8s-tools-*" -type d -mmin +120 -exec chmod -R u+w {} + -exec rm -rf {} + 2>/dev/null || true
+			TMP="$(mktemp -d "$TOOLS_DIR/.k8s-tools-$t.XXXXXX")"
+			# Go's module cache is read-only; keep the temporary directory deletable.
+			# shellcheck disable=SC2064 # expand now
+			trap "chmod -R u+w '$TMP' 2>/dev/null; rm -rf '$TMP'" EXIT
+			local start=$SECONDS
+			build_one "$t"
+			log "$t $(tool_version "$t") built in $((SECONDS - start)) s"
+			chmod -R u+w "$TMP" 2>/dev/null || true
+			rm -rf "$TMP"
+			trap - EXIT
+		fi
+		printf '%s=%s\n' "$t" "$(tool_bin "$t")"
+	done
+}
+
+main "$@"
