@@ -177,6 +177,7 @@ type harness struct {
 	certs   *SelfSigned
 	logs    *testfixture.SyncBuffer
 	certsR  *CertReloader
+	volume  *kubeletVolume // with harnessOpts.volume: the ConfigMap volume holding pfile
 }
 
 type harnessOpts struct {
@@ -187,13 +188,18 @@ type harnessOpts struct {
 	watch    bool
 	noStart  bool
 	retry    time.Duration // Options.RetryInterval; 0 disables retries in tests
+	volume   bool          // policies.yml lives in a ConfigMap volume written as kubelet does (h.volume)
 }
 
 func start(t testing.TB, ho harnessOpts) *harness {
 	t.Helper()
 	h := &harness{t: t, dir: t.TempDir(), logs: &testfixture.SyncBuffer{}}
 	h.pfile = filepath.Join(h.dir, "policies.yml")
-	if err := os.WriteFile(h.pfile, []byte(ho.policies), 0o644); err != nil {
+	if ho.volume {
+		h.volume = newKubeletVolume(t, filepath.Join(h.dir, "config"))
+		h.volume.write(map[string]string{"policies.yml": ho.policies})
+		h.pfile = filepath.Join(h.volume.dir, "policies.yml")
+	} else if err := os.WriteFile(h.pfile, []byte(ho.policies), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	o := config.Defaults()

@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -175,44 +174,13 @@ func TestCertificateRotation(t *testing.T) {
 	pool := x509.NewCertPool()
 	caPEM, _ := os.ReadFile(caFile)
 	pool.AppendCertsFromPEM(caPEM)
-	servedCN := func() string {
-		c, err := tls.Dial("tcp", h.srv.Addr(), &tls.Config{RootCAs: pool, ServerName: "localhost"})
-		if err != nil {
-			t.Fatalf("dial: %v", err)
-		}
-		defer c.Close()
-		return c.ConnectionState().PeerCertificates[0].Subject.CommonName
-	}
+	servedCN := func() string { return servedCommonName(t, h.srv.Addr(), pool) }
 	if cn := servedCN(); cn != "first" {
 		t.Fatalf("serving %q", cn)
 	}
-	// requests keep flowing during rotation
+	// requests keep flowing during rotation, a new handshake each time
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failures []error
-	var mu sync.Mutex
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			resp, err := client.Post(h.base+"/validate/ok", "application/json", strings.NewReader(string(reviewFor("r", "CREATE", "d", pod(nil)))))
-			if err == nil {
-				resp.Body.Close()
-			}
-			if err != nil || resp.StatusCode != 200 {
-				mu.Lock()
-				failures = append(failures, err)
-				mu.Unlock()
-			}
-			client.CloseIdleConnections() // a new handshake each time
-		}
-	}()
+	l := startLoop(client, h.base+"/validate/ok", reviewFor("r", "CREATE", "d", pod(nil)), true)
 	install("second")
 	deadline := time.Now().Add(5 * time.Second)
 	for servedCN() != "second" {
@@ -229,16 +197,24 @@ func TestCertificateRotation(t *testing.T) {
 	if cn := servedCN(); cn != "second" {
 		t.Fatalf("after a mismatched key: serving %q", cn)
 	}
-	close(stop)
-	wg.Wait()
-	if len(failures) > 0 {
-		t.Fatalf("%d requests failed during rotation: %v", len(failures), failures[0])
-	}
+	l.finish(t)
 	_, metrics := h.get("/metrics")
 	if !strings.Contains(metrics, `tollgate_tls_certificate_reloads_total{outcome="success"} 2`) ||
 		!strings.Contains(metrics, `tollgate_tls_certificate_reloads_total{outcome="failure"}`) {
 		t.Errorf("certificate reload metrics missing:\n%s", grepLines(metrics, "tollgate_tls"))
 	}
+}
+
+// servedCommonName dials addr and returns the common name of the
+// certificate the server presents.
+func servedCommonName(t testing.TB, addr string, pool *x509.CertPool) string {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].Subject.CommonName
 }
 
 func grepLines(s, sub string) string {

@@ -1,0 +1,106 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+)
+
+// Scheme returns a scheme with the Kubernetes kinds and tollgate's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := v1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// RestConfig returns the configuration for kubeconfig and context, or the in-cluster one
+// (falling back to the usual kubeconfig rules) when both are empty.
+func RestConfig(kubeconfig, context string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	if kubeconfig == "" && context == "" {
+		if c, err := rest.InClusterConfig(); err == nil {
+			return c, nil
+		}
+	}
+	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("controller: kubeconfig: %w", err)
+	}
+	return c, nil
+}
+
+// Run runs the controller until ctx ends (or it loses its leadership).
+func Run(ctx context.Context, o Options) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	cfg, err := RestConfig(o.Kubeconfig, o.Context)
+	if err != nil {
+		return err
+	}
+	lg := logr.FromSlogHandler(o.Logger.Handler())
+	log.SetLogger(lg)
+	ns := map[string]cache.Config{o.Namespace: {}}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Logger:                  lg,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        o.LeaderElectionID,
+		LeaderElectionNamespace: o.Namespace,
+		// Release the lease on a clean stop so that a new replica takes over at once.
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		// Namespaced objects the controller owns live in its own namespace only: caching
+		// them cluster-wide would cost memory for every Secret and ConfigMap of the cluster.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}:                {Namespaces: ns},
+			&corev1.ConfigMap{}:             {Namespaces: ns},
+			&corev1.Service{}:               {Namespaces: ns},
+			&corev1.ServiceAccount{}:        {Namespaces: ns},
+			&appsv1.Deployment{}:            {Namespaces: ns},
+			&policyv1.PodDisruptionBudget{}: {Namespaces: ns},
+			&discoveryv1.EndpointSlice{}:    {Namespaces: ns},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := setup(mgr, o); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	o.Logger.Info("controller starting", "namespace", o.Namespace, "leaderElection", o.LeaderElect)
+	return mgr.Start(ctx)
+}
