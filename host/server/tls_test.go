@@ -159,27 +159,11 @@ func TestCertificateRotation(t *testing.T) {
 		os.Rename(certFile+".tmp", certFile)
 	}
 	install("first")
-	var reloader *CertReloader
-	h := start(t, harnessOpts{policies: okPolicies, loader: acceptAll(t), tlsCfg: func(h *harness) *tls.Config {
-		var err error
-		reloader, err = NewCertReloader(certFile, keyFile, "", nil, nil)
-		h.certsR = reloader
-		if err != nil {
-			t.Fatal(err)
-		}
-		reloader.Watch(context.Background(), 200*time.Millisecond)
-		t.Cleanup(reloader.Close)
-		return reloader.TLSConfig()
-	}})
-	pool := x509.NewCertPool()
-	caPEM, _ := os.ReadFile(caFile)
-	pool.AppendCertsFromPEM(caPEM)
-	servedCN := func() string { return servedCommonName(t, h.srv.Addr(), pool) }
+	h, servedCN, client := startWithCertFiles(t, certFile, keyFile, caFile, 200*time.Millisecond)
 	if cn := servedCN(); cn != "first" {
 		t.Fatalf("serving %q", cn)
 	}
 	// requests keep flowing during rotation, a new handshake each time
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	l := startLoop(client, h.base+"/validate/ok", reviewFor("r", "CREATE", "d", pod(nil)), true)
 	install("second")
 	deadline := time.Now().Add(5 * time.Second)
@@ -205,16 +189,35 @@ func TestCertificateRotation(t *testing.T) {
 	}
 }
 
-// servedCommonName dials addr and returns the common name of the
-// certificate the server presents.
-func servedCommonName(t testing.TB, addr string, pool *x509.CertPool) string {
-	t.Helper()
-	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
-	if err != nil {
-		t.Fatalf("dial: %v", err)
+// startWithCertFiles starts a server on the certificate pair in certFile
+// and keyFile, reloaded on file events and every poll. It returns the
+// server, a function giving the common name of the certificate it presents
+// now, and a client that trusts caFile.
+func startWithCertFiles(t testing.TB, certFile, keyFile, caFile string, poll time.Duration) (*harness, func() string, *http.Client) {
+	h := start(t, harnessOpts{policies: okPolicies, loader: acceptAll(t), tlsCfg: func(h *harness) *tls.Config {
+		r, err := NewCertReloader(certFile, keyFile, "", nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.certsR = r
+		r.Watch(context.Background(), poll)
+		t.Cleanup(r.Close)
+		return r.TLSConfig()
+	}})
+	pool := x509.NewCertPool()
+	caPEM, _ := os.ReadFile(caFile)
+	pool.AppendCertsFromPEM(caPEM)
+	servedCN := func() string {
+		t.Helper()
+		c, err := tls.Dial("tcp", h.srv.Addr(), &tls.Config{RootCAs: pool, ServerName: "localhost"})
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].Subject.CommonName
 	}
-	defer c.Close()
-	return c.ConnectionState().PeerCertificates[0].Subject.CommonName
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	return h, servedCN, client
 }
 
 func grepLines(s, sub string) string {

@@ -1,9 +1,6 @@
 package server
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -193,23 +190,10 @@ func TestSecretVolumeCertRotation(t *testing.T) {
 	}
 	secret := newKubeletVolume(t, filepath.Join(dir, "pki"))
 	secret.write(pair("first"))
-	h := start(t, harnessOpts{policies: okPolicies, loader: acceptAll(t), tlsCfg: func(h *harness) *tls.Config {
-		r, err := NewCertReloader(filepath.Join(secret.dir, "tls.crt"), filepath.Join(secret.dir, "tls.key"), "", nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Watch(context.Background(), 10*time.Second)
-		t.Cleanup(r.Close)
-		return r.TLSConfig()
-	}})
-	pool := x509.NewCertPool()
-	caPEM, _ := os.ReadFile(caFile)
-	pool.AppendCertsFromPEM(caPEM)
-	servedCN := func() string { return servedCommonName(t, h.srv.Addr(), pool) }
+	h, servedCN, client := startWithCertFiles(t, filepath.Join(secret.dir, "tls.crt"), filepath.Join(secret.dir, "tls.key"), caFile, 10*time.Second)
 	if cn := servedCN(); cn != "first" {
 		t.Fatalf("serving %q", cn)
 	}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	l := startLoop(client, h.base+"/validate/ok", reviewFor("r", "CREATE", "d", pod(nil)), true)
 	for _, cn := range []string{"second", "third"} {
 		rotated := time.Now()
