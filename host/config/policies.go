@@ -272,9 +272,11 @@ func (p *parser) policy(id string, n *yaml.Node) (Policy, bool) {
 	_, hasPolicies := fields["policies"]
 	_, hasExpr := fields["expression"]
 	isGroup := hasPolicies || hasExpr
+	// namespacedName is the Kubewarden controller's note of the policy
+	// resource an entry comes from, on every entry: accepted silently.
 	known := map[string]bool{"module": !isGroup, "settings": !isGroup, "allowedToMutate": !isGroup,
 		"policyMode": true, "contextAwareResources": !isGroup, "message": true, "timeoutEvalSeconds": !isGroup,
-		"policies": isGroup, "expression": isGroup}
+		"policies": isGroup, "expression": isGroup, "namespacedName": true}
 	for _, k := range keys {
 		if !known[k.Value] {
 			if isGroup && (k.Value == "module" || k.Value == "settings" || k.Value == "allowedToMutate") {
