@@ -433,9 +433,8 @@ func (s *Server) watch(ctx context.Context) {
 	}()
 }
 
-// retryFailed reloads the configuration while some of its policies are not
-// loaded, or stale (a registry that was down at start, a module not yet
-// published),
+// retryFailed reloads the configuration while some of its policies are
+// failed or stale (a registry that was down, a module not yet published),
 // with exponential backoff, so the server heals without a restart.
 func (s *Server) retryFailed(ctx context.Context) {
 	first := s.o.RetryInterval
