@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/internal/demo"
 )
 
@@ -119,14 +120,17 @@ func TestServeFlagErrors(t *testing.T) {
 }
 
 // TestServeSIGHUPReload: SIGHUP reloads policies.yml (with the file watch
-// off, so only the signal can have done it).
+// off, so only the signal can have done it); /policies shows the digest of
+// the file served.
 func TestServeSIGHUPReload(t *testing.T) {
 	if len(demo.Names()) != 3 {
 		t.Fatalf("embedded example modules: %v; run `make policies demo-modules`", demo.Names())
 	}
 	dir := t.TempDir()
 	pfile := filepath.Join(dir, "policies.yml")
-	os.WriteFile(pfile, []byte("labels:\n  module: builtin://examples/required-labels\n  settings: {mandatory_labels: [owner]}\n"), 0o644)
+	first := []byte("labels:\n  module: builtin://examples/required-labels\n  settings: {mandatory_labels: [owner]}\n")
+	second := []byte("labels2:\n  module: builtin://examples/required-labels\n  settings: {mandatory_labels: [team]}\n")
+	os.WriteFile(pfile, first, 0o644)
 	probe := freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -163,7 +167,8 @@ func TestServeSIGHUPReload(t *testing.T) {
 		}
 	}
 	waitFor(`"generation": 1`)
-	os.WriteFile(pfile, []byte("labels2:\n  module: builtin://examples/required-labels\n  settings: {mandatory_labels: [team]}\n"), 0o644)
+	waitFor(`"configDigest": "` + status.Digest(first) + `"`)
+	os.WriteFile(pfile, second, 0o644)
 	time.Sleep(300 * time.Millisecond)
 	if strings.Contains(policies(), "labels2") {
 		t.Fatal("reloaded without a signal although --watch=false")
@@ -172,6 +177,7 @@ func TestServeSIGHUPReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(`"id": "labels2"`)
+	waitFor(`"configDigest": "` + status.Digest(second) + `"`)
 	if !strings.Contains(out.String(), `"msg":"configuration reloaded","trigger":"SIGHUP"`) {
 		t.Errorf("no JSON log line for the reload:\n%s", out.String())
 	}
