@@ -43,6 +43,16 @@ tools:
 k8s-tools:
 	./scripts/install-k8s-tools.sh
 
+# image builds tollgate's container image without a container engine (internal/tools/mkimage):
+# a static binary, CA bundle, nonroot user 65532; writes the OCI layout bin/image/oci and its
+# tarball bin/image/tollgate.oci.tar tagged with charts/tollgate's appVersion (VERSION=... to
+# override), reproducibly, and prints the digest. IMAGE_PLATFORMS=linux/amd64,linux/arm64 builds
+# an index of both; IMAGE_PUSH=host:port/repo[:tag] also pushes it (plain HTTP for localhost).
+.PHONY: image
+IMAGE_PLATFORMS ?= linux/amd64
+image:
+	$(GO) run ./internal/tools/mkimage -out bin/image -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION)) $(if $(IMAGE_PUSH),-push $(IMAGE_PUSH))
+
 # policies builds every example and built-in policy and the test fixtures (skipping those that are
 # up to date; scripts/build-policies.sh -f rebuilds all).
 policies: tools
