@@ -1,0 +1,667 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/host/server/status"
+)
+
+// +kubebuilder:rbac:groups=policies.tollgate.dev,resources=clusteradmissionpolicies;admissionpolicies;clusteradmissionpolicygroups;admissionpolicygroups,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=policies.tollgate.dev,resources=clusteradmissionpolicies/status;admissionpolicies/status;clusteradmissionpolicygroups/status;admissionpolicygroups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=policies.tollgate.dev,resources=clusteradmissionpolicies/finalizers;admissionpolicies/finalizers;clusteradmissionpolicygroups/finalizers;admissionpolicygroups/finalizers,verbs=update
+// +kubebuilder:rbac:groups=policies.tollgate.dev,resources=policyservers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
+
+// Reasons of the PolicyActive condition.
+const (
+	// ReasonPolicyActive: every replica serves the policy and its webhook is registered.
+	ReasonPolicyActive = "PolicyActive"
+	// ReasonPolicyServerNotFound: no PolicyServer of the policy's spec.policyServer.
+	ReasonPolicyServerNotFound = "PolicyServerNotFound"
+	// ReasonPolicyServerDeleting: the policy's PolicyServer is being deleted.
+	ReasonPolicyServerDeleting = "PolicyServerDeleting"
+	// ReasonInvalidPolicy: the policy cannot be written in policies.yml (the message says why).
+	ReasonInvalidPolicy = "InvalidPolicy"
+	// ReasonConfigurationPending: the server's ConfigMap does not hold this version of the
+	// policy yet.
+	ReasonConfigurationPending = "ConfigurationPending"
+	// ReasonNoReadyEndpoints: the server's Service has no ready endpoint to ask.
+	ReasonNoReadyEndpoints = "NoReadyEndpoints"
+	// ReasonPolicyServerUnreachable: a ready endpoint did not answer GET /policies.
+	ReasonPolicyServerUnreachable = "PolicyServerUnreachable"
+	// ReasonPolicyLoading: some replica does not serve the current configuration yet.
+	ReasonPolicyLoading = "PolicyLoading"
+	// ReasonPolicyLoadFailed: a replica failed to load the policy (the message has its error).
+	ReasonPolicyLoadFailed = "PolicyLoadFailed"
+	// ReasonWebhookRejected: the apiserver refused the webhook configuration.
+	ReasonWebhookRejected = "WebhookRejected"
+)
+
+// Reasons of the PolicyServerConfigurationUpToDate and PolicyUniquelyReachable conditions.
+const (
+	ReasonConfigurationVersionMatch    = "ConfigurationVersionMatch"
+	ReasonConfigurationVersionMismatch = "ConfigurationVersionMismatch"
+	ReasonUnknownConfigurationVersion  = "UnknownConfigurationVersion"
+	// ReasonUniquelyReachable: every ready replica serves the current configuration.
+	ReasonUniquelyReachable = "ConfigurationUniquelyReachable"
+	// ReasonOlderConfigurationReachable: some ready replica serves another configuration.
+	ReasonOlderConfigurationReachable = "OlderConfigurationReachable"
+)
+
+// failedPollFactor slows polling of a policy that failed to load: the server retries failed
+// policies on its own, after 30 s at first.
+const failedPollFactor = 10
+
+// maxConditionMessage bounds condition messages (the apiserver's limit is 32768).
+const maxConditionMessage = 4096
+
+// caBundler gives the PEM bundle every webhook trusts (CertManager).
+type caBundler interface {
+	CABundle(ctx context.Context) ([]byte, error)
+}
+
+// buildEntryFunc is BuildPolicyEntry: the policy's id and policies.yml entry on server ps, or
+// why the server would refuse it.
+type buildEntryFunc func(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, entry map[string]any, err error)
+
+// policyReconciler reconciles one policy kind: it brings the policy to its policy server's
+// configuration (the PolicyServer reconciler writes it), waits until every replica serves it,
+// registers its webhook and reports each stage in the policy's status.
+type policyReconciler struct {
+	client.Client
+	o        Options
+	kind     string
+	newObj   func() v1.Policy
+	newList  func() client.ObjectList
+	certs    caBundler
+	build    buildEntryFunc
+	statuses *serverStatuses
+	configs  *configCache
+	events   record.EventRecorder
+}
+
+// policyKinds returns, per kind, a new object and a new list.
+func policyKinds() []struct {
+	newObj  func() v1.Policy
+	newList func() client.ObjectList
+} {
+	return []struct {
+		newObj  func() v1.Policy
+		newList func() client.ObjectList
+	}{
+		{func() v1.Policy { return &v1.ClusterAdmissionPolicy{} }, func() client.ObjectList { return &v1.ClusterAdmissionPolicyList{} }},
+		{func() v1.Policy { return &v1.AdmissionPolicy{} }, func() client.ObjectList { return &v1.AdmissionPolicyList{} }},
+		{func() v1.Policy { return &v1.ClusterAdmissionPolicyGroup{} }, func() client.ObjectList { return &v1.ClusterAdmissionPolicyGroupList{} }},
+		{func() v1.Policy { return &v1.AdmissionPolicyGroup{} }, func() client.ObjectList { return &v1.AdmissionPolicyGroupList{} }},
+	}
+}
+
+// newPolicyReconcilers returns the reconcilers of the four kinds, sharing one cache of server
+// answers and of parsed ConfigMaps.
+func newPolicyReconcilers(c client.Client, reader client.Reader, o Options, certs caBundler, build buildEntryFunc, events record.EventRecorder) []*policyReconciler {
+	statuses := newServerStatuses(reader, o.Namespace)
+	configs := &configCache{m: map[string]parsedConfig{}}
+	var rs []*policyReconciler
+	for _, k := range policyKinds() {
+		rs = append(rs, &policyReconciler{
+			Client:   c,
+			o:        o,
+			kind:     k.newObj().PolicyKind(),
+			newObj:   k.newObj,
+			newList:  k.newList,
+			certs:    certs,
+			build:    build,
+			statuses: statuses,
+			configs:  configs,
+			events:   events,
+		})
+	}
+	return rs
+}
+
+// setupPolicyReconcilersWith registers the four policy reconcilers with mgr.
+func setupPolicyReconcilersWith(mgr ctrl.Manager, o Options, certs caBundler, build buildEntryFunc) error {
+	events := mgr.GetEventRecorderFor("tollgate-controller") //nolint:staticcheck // the events/v1 recorder is not needed here
+	for _, r := range newPolicyReconcilers(mgr.GetClient(), mgr.GetClient(), o, certs, build, events) {
+		if err := r.setupWithManager(mgr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *policyReconciler) setupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(strings.ToLower(r.kind)).
+		For(r.newObj()).
+		Watches(&v1.PolicyServer{}, handler.EnqueueRequestsFromMapFunc(r.mapPolicyServer)).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.mapConfigMap)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapEndpointSlice)).
+		Watches(&admv1.ValidatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.mapWebhook)).
+		Watches(&admv1.MutatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.mapWebhook)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapCASecret)).
+		Complete(r)
+}
+
+// policiesOf returns requests for the policies of this kind bound to policy server ps (all of
+// them when ps is empty).
+func (r *policyReconciler) policiesOf(ctx context.Context, ps string) []reconcile.Request {
+	list := r.newList()
+	if err := r.List(ctx, list); err != nil {
+		return nil
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, it := range items {
+		p, ok := it.(v1.Policy)
+		if !ok || (ps != "" && policyServerName(p) != ps) {
+			continue
+		}
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()}})
+	}
+	return reqs
+}
+
+func (r *policyReconciler) mapPolicyServer(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.policiesOf(ctx, obj.GetName())
+}
+
+func (r *policyReconciler) mapConfigMap(ctx context.Context, obj client.Object) []reconcile.Request {
+	ps := obj.GetLabels()[v1.PolicyServerLabel]
+	if obj.GetNamespace() != r.o.Namespace || ps == "" || obj.GetName() != PolicyServerObjectName(ps) {
+		return nil
+	}
+	return r.policiesOf(ctx, ps)
+}
+
+func (r *policyReconciler) mapEndpointSlice(ctx context.Context, obj client.Object) []reconcile.Request {
+	ps, ok := strings.CutPrefix(obj.GetLabels()[discoveryv1.LabelServiceName], PolicyServerObjectName(""))
+	if obj.GetNamespace() != r.o.Namespace || !ok || ps == "" {
+		return nil
+	}
+	// The endpoints changed: the next poll asks the new set.
+	r.statuses.Forget(ps)
+	return r.policiesOf(ctx, ps)
+}
+
+func (r *policyReconciler) mapWebhook(_ context.Context, obj client.Object) []reconcile.Request {
+	if !ownedWebhook(obj) {
+		return nil
+	}
+	name, ns := obj.GetAnnotations()[v1.PolicyNameAnnotation], obj.GetAnnotations()[v1.PolicyNamespaceAnnotation]
+	if name == "" || PolicyID(r.kind, ns, name) != obj.GetName() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+}
+
+func (r *policyReconciler) mapCASecret(ctx context.Context, obj client.Object) []reconcile.Request {
+	if obj.GetNamespace() != r.o.Namespace || obj.GetName() != r.o.CASecret {
+		return nil
+	}
+	return r.policiesOf(ctx, "")
+}
+
+func policyServerName(p v1.Policy) string {
+	if ps := p.Webhook().PolicyServer; ps != "" {
+		return ps
+	}
+	return "default"
+}
+
+// Reconcile brings one policy a step further: finalizer, stage, webhook, status.
+func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	p := r.newObj()
+	if err := r.Get(ctx, req.NamespacedName, p); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	id := PolicyID(r.kind, p.GetNamespace(), p.GetName())
+	if !p.GetDeletionTimestamp().IsZero() {
+		return reconcile.Result{}, r.finalize(ctx, p, id)
+	}
+	if !controllerutil.ContainsFinalizer(p, v1.PolicyFinalizer) {
+		controllerutil.AddFinalizer(p, v1.PolicyFinalizer)
+		if err := r.Update(ctx, p); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	before := p.PolicyStatus().DeepCopy()
+	res, err := r.reconcileStage(ctx, p, id, before)
+	if werr := r.writeStatus(ctx, p, before); werr != nil {
+		return reconcile.Result{}, errors.Join(err, werr)
+	}
+	return res, err
+}
+
+// finalize deletes the policy's webhook configurations, then lets the policy go.
+func (r *policyReconciler) finalize(ctx context.Context, p v1.Policy, id string) error {
+	if !controllerutil.ContainsFinalizer(p, v1.PolicyFinalizer) {
+		return nil
+	}
+	if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+		return err
+	}
+	controllerutil.RemoveFinalizer(p, v1.PolicyFinalizer)
+	return client.IgnoreNotFound(r.Update(ctx, p))
+}
+
+// writeStatus writes the status when it differs from before.
+func (r *policyReconciler) writeStatus(ctx context.Context, p v1.Policy, before *v1.PolicyStatus) error {
+	if equality.Semantic.DeepEqual(before, p.PolicyStatus()) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Status().Update(ctx, p))
+}
+
+// reconcileStage finds the policy's stage, registers or removes its webhook accordingly and
+// sets its status in place.
+func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id string, before *v1.PolicyStatus) (reconcile.Result, error) {
+	st := p.PolicyStatus()
+	st.ObservedGeneration = p.GetGeneration()
+	psName := policyServerName(p)
+
+	var ps v1.PolicyServer
+	if err := r.Get(ctx, client.ObjectKey{Name: psName}, &ps); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, err
+		}
+		// Nothing would answer a webhook: none.
+		if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.setStage(p, v1.PolicyStatusUnscheduled, ReasonPolicyServerNotFound,
+			fmt.Sprintf("no PolicyServer named %q", psName), v1.ModeUnknown)
+		r.setUnknownVersion(p, fmt.Sprintf("no PolicyServer named %q", psName))
+		return reconcile.Result{}, nil
+	}
+	if !ps.DeletionTimestamp.IsZero() {
+		if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.setStage(p, v1.PolicyStatusScheduled, ReasonPolicyServerDeleting,
+			fmt.Sprintf("PolicyServer %q is being deleted", psName), v1.ModeUnknown)
+		r.setUnknownVersion(p, fmt.Sprintf("PolicyServer %q is being deleted", psName))
+		return reconcile.Result{}, nil
+	}
+
+	_, entry, err := r.build(p, &ps, r.o)
+	if err != nil {
+		// The server's configuration leaves the policy out: its webhook would call a policy
+		// the server does not have.
+		if _, derr := deleteWebhooks(ctx, r.Client, id, nil); derr != nil {
+			return reconcile.Result{}, derr
+		}
+		r.setStage(p, v1.PolicyStatusScheduled, ReasonInvalidPolicy, err.Error(), v1.ModeUnknown)
+		r.setUnknownVersion(p, "the policy is not in the policy server's configuration")
+		r.warnOnChange(p, before, ReasonInvalidPolicy)
+		return reconcile.Result{}, nil
+	}
+	entryJSON, err := json.Marshal(entry)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("policy %s: encoding its entry: %w", id, err)
+	}
+	entryDigest := status.Digest(entryJSON)
+
+	cfg, err := r.config(ctx, psName)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if cfg == nil || !cfg.holds(id, entryJSON) {
+		what := "does not hold the policy yet"
+		if cfg != nil && cfg.entries[id] != nil {
+			what = "holds an older version of the policy"
+		}
+		// The replicas still serve the previous version, if any: the mode stays what it was.
+		mode := st.Mode
+		if mode == "" {
+			mode = v1.ModeUnknown
+		}
+		r.setStage(p, v1.PolicyStatusScheduled, ReasonConfigurationPending,
+			fmt.Sprintf("the ConfigMap %s/%s of PolicyServer %q %s", r.o.Namespace, PolicyServerObjectName(psName), psName, what), mode)
+		r.setUnknownVersion(p, "the policy server's configuration does not hold this version of the policy yet")
+		return reconcile.Result{}, nil
+	}
+
+	existing, err := getWebhook(ctx, r.Client, id, p.IsMutating())
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// A policy whose entry did not change since its webhook was written stays active while
+	// the replicas catch up with changes to other policies of the server.
+	wasActive := existing != nil && existing.GetAnnotations()[policyEntryDigestAnnotation] == entryDigest
+
+	v := evaluate(r.statuses.Get(ctx, psName), cfg.digest, id, wasActive)
+	r.setVersionConditions(p, v)
+	mode := v1.ModeUnknown
+	if v.mode != "" {
+		mode = v1.PolicyModeStatus(v.mode)
+	}
+	poll := reconcile.Result{RequeueAfter: r.o.StatusPollInterval}
+
+	switch {
+	case v.err != nil:
+		reason := ReasonPolicyServerUnreachable
+		if errors.Is(v.err, ErrNoReadyEndpoints) {
+			reason = ReasonNoReadyEndpoints
+		}
+		r.setStage(p, v1.PolicyStatusPending, reason, v.err.Error(), mode)
+		return poll, nil
+	case v.loadErr != "":
+		if !v.stale {
+			// Nothing serves the policy: a webhook would only fail requests.
+			if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		r.setStage(p, v1.PolicyStatusPending, ReasonPolicyLoadFailed, v.loadErr, mode)
+		r.warnOnChange(p, before, ReasonPolicyLoadFailed)
+		return reconcile.Result{RequeueAfter: failedPollFactor * r.o.StatusPollInterval}, nil
+	case !v.served:
+		r.setStage(p, v1.PolicyStatusPending, ReasonPolicyLoading, v.waiting, mode)
+		return poll, nil
+	}
+
+	ca, err := r.certs.CABundle(ctx)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("policy %s: CA bundle: %w", id, err)
+	}
+	desired := renderWebhook(p, id, r.o, ca, entryDigest)
+	if _, err := applyWebhook(ctx, r.Client, desired); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			r.setStage(p, v1.PolicyStatusPending, ReasonWebhookRejected, webhookError(err), mode)
+			r.warnOnChange(p, before, ReasonWebhookRejected)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("policy %s: writing its webhook configuration: %w", id, err)
+	}
+	// After a flip of mutating, the configuration of the other kind goes.
+	if _, err := deleteWebhooks(ctx, r.Client, id, desired); err != nil {
+		return reconcile.Result{}, err
+	}
+	wasActiveStage := st.PolicyStatus == v1.PolicyStatusActive
+	r.setStage(p, v1.PolicyStatusActive, ReasonPolicyActive,
+		fmt.Sprintf("served by %d replica(s) of PolicyServer %q; webhook registered", v.replicas, psName), mode)
+	if !wasActiveStage {
+		r.events.Event(p, corev1.EventTypeNormal, ReasonPolicyActive, "the policy is active")
+	}
+	return reconcile.Result{}, nil
+}
+
+func webhookError(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Message
+	}
+	return err.Error()
+}
+
+// setStage sets the stage, the mode and the PolicyActive condition.
+func (r *policyReconciler) setStage(p v1.Policy, stage v1.PolicyStatusEnum, reason, msg string, mode v1.PolicyModeStatus) {
+	st := p.PolicyStatus()
+	st.PolicyStatus = stage
+	if mode != "" {
+		st.Mode = mode
+	}
+	cond := metav1.ConditionFalse
+	if stage == v1.PolicyStatusActive {
+		cond = metav1.ConditionTrue
+	}
+	r.setCondition(p, v1.ConditionPolicyActive, cond, reason, msg)
+}
+
+func (r *policyReconciler) setCondition(p v1.Policy, typ string, s metav1.ConditionStatus, reason, msg string) {
+	if len(msg) > maxConditionMessage {
+		msg = msg[:maxConditionMessage-3] + "..."
+	}
+	meta.SetStatusCondition(&p.PolicyStatus().Conditions, metav1.Condition{
+		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: p.GetGeneration(),
+	})
+}
+
+// setUnknownVersion: no server status applies to the policy.
+func (r *policyReconciler) setUnknownVersion(p v1.Policy, msg string) {
+	r.setCondition(p, v1.ConditionConfigurationUpToDate, metav1.ConditionUnknown, ReasonUnknownConfigurationVersion, msg)
+	r.setCondition(p, v1.ConditionPolicyUniquelyReachable, metav1.ConditionUnknown, ReasonUnknownConfigurationVersion, msg)
+}
+
+func (r *policyReconciler) setVersionConditions(p v1.Policy, v verdict) {
+	switch {
+	case v.err != nil || v.asked == 0:
+		msg := "no replica answered"
+		if v.err != nil {
+			msg = v.err.Error()
+		}
+		r.setUnknownVersion(p, msg)
+		return
+	case v.current == v.asked:
+		r.setCondition(p, v1.ConditionConfigurationUpToDate, metav1.ConditionTrue, ReasonConfigurationVersionMatch,
+			fmt.Sprintf("every ready replica (%d) serves %s", v.asked, v.digest))
+	default:
+		r.setCondition(p, v1.ConditionConfigurationUpToDate, metav1.ConditionFalse, ReasonConfigurationVersionMismatch,
+			fmt.Sprintf("%d of %d ready replicas serve %s", v.current, v.asked, v.digest))
+	}
+	if v.other == 0 {
+		r.setCondition(p, v1.ConditionPolicyUniquelyReachable, metav1.ConditionTrue, ReasonUniquelyReachable,
+			"no ready replica serves another configuration")
+	} else {
+		r.setCondition(p, v1.ConditionPolicyUniquelyReachable, metav1.ConditionFalse, ReasonOlderConfigurationReachable,
+			fmt.Sprintf("%d of %d ready replicas serve another configuration", v.other, v.asked))
+	}
+}
+
+// warnOnChange emits the PolicyActive condition's message as a Warning Event, once per
+// distinct message: a reconcile that finds the error it found before stays quiet.
+func (r *policyReconciler) warnOnChange(p v1.Policy, before *v1.PolicyStatus, reason string) {
+	c := meta.FindStatusCondition(p.PolicyStatus().Conditions, v1.ConditionPolicyActive)
+	if c == nil {
+		return
+	}
+	if b := meta.FindStatusCondition(before.Conditions, v1.ConditionPolicyActive); b != nil && b.Reason == c.Reason && b.Message == c.Message {
+		return
+	}
+	r.events.Event(p, corev1.EventTypeWarning, reason, c.Message)
+}
+
+// verdict sums up what the replicas of a policy's server answered about it.
+type verdict struct {
+	// err: no endpoint, or some endpoint did not answer.
+	err error
+	// asked replicas; current of them serve digest; other serve another configuration.
+	asked, current, other int
+	digest                string
+	// served: every replica serves the policy's current version.
+	served   bool
+	replicas int
+	// loadErr: the policy failed to load (stale: a previous version still serves).
+	loadErr string
+	stale   bool
+	// waiting says what is still awaited when not served.
+	waiting string
+	// mode the policy is served in, "" when no replica serves it.
+	mode string
+}
+
+// evaluate reads the replicas' answers. A replica serves the policy when it serves the
+// configuration whose digest is digest and the policy is loaded at that version; with
+// wasActive (the policy's entry has not changed since its webhook was written), a replica on
+// another configuration that has the policy loaded counts too.
+func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
+	v := verdict{digest: digest}
+	if ss.Err != nil {
+		v.err = ss.Err
+		return v
+	}
+	var unreachable, loadErrs, waiting []string
+	servedBy := 0
+	for _, e := range ss.Endpoints {
+		if e.Err != nil {
+			unreachable = append(unreachable, e.Err.Error())
+			continue
+		}
+		v.asked++
+		ps := e.Policies
+		if ps.ConfigDigest == digest {
+			v.current++
+		} else {
+			v.other++
+		}
+		var pol *status.Policy
+		for i := range ps.Policies {
+			if ps.Policies[i].ID == id {
+				pol = &ps.Policies[i]
+				break
+			}
+		}
+		if pol != nil && pol.State == status.StateReady && v.mode == "" {
+			v.mode = pol.Mode
+		}
+		err := ps.Serves(digest, id)
+		switch {
+		case err == nil:
+			servedBy++
+		case errors.Is(err, status.ErrOtherConfig):
+			if !ps.LastReload.OK && ps.LastReload.Digest == digest {
+				// The server read the configuration and refused it as a whole.
+				loadErrs = append(loadErrs, fmt.Sprintf("the policy server refused policies.yml %s: %s", digest, ps.LastReload.Error))
+				if pol != nil && pol.Current() {
+					v.stale = true
+				}
+				continue
+			}
+			if wasActive && pol != nil && pol.Current() {
+				servedBy++
+				continue
+			}
+			waiting = append(waiting, fmt.Sprintf("%s serves %s", e.Addr, orNone(ps.ConfigDigest)))
+		case errors.Is(err, status.ErrNotLoaded) && pol != nil:
+			loadErrs = append(loadErrs, pol.Error)
+			if pol.Stale {
+				v.stale = true
+			}
+		default:
+			loadErrs = append(loadErrs, err.Error())
+		}
+	}
+	if len(unreachable) > 0 {
+		v.err = errors.New(strings.Join(dedup(unreachable), "; "))
+		return v
+	}
+	if len(loadErrs) > 0 {
+		v.loadErr = strings.Join(dedup(loadErrs), "; ")
+		return v
+	}
+	v.replicas = servedBy
+	v.served = servedBy == v.asked && v.asked > 0
+	if !v.served {
+		v.waiting = fmt.Sprintf("%d of %d ready replicas serve policies.yml %s: waiting for %s",
+			servedBy, v.asked, digest, strings.Join(waiting, ", "))
+	}
+	return v
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no policies.yml"
+	}
+	return s
+}
+
+func dedup(ss []string) []string {
+	sort.Strings(ss)
+	out := ss[:0]
+	for i, s := range ss {
+		if i == 0 || s != ss[i-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// parsedConfig is a policy server's ConfigMap as the policy reconcilers need it.
+type parsedConfig struct {
+	resourceVersion string
+	// digest of policies.yml: the ConfigMap's annotation (computed when missing).
+	digest string
+	// entries by policy id, as JSON.
+	entries map[string]json.RawMessage
+}
+
+// holds reports whether the configuration has the policy id with the entry entryJSON.
+func (c *parsedConfig) holds(id string, entryJSON []byte) bool {
+	have, ok := c.entries[id]
+	if !ok {
+		return false
+	}
+	var a, b any
+	if json.Unmarshal(have, &a) != nil || json.Unmarshal(entryJSON, &b) != nil {
+		return false
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+// configCache keeps the last parse of each server's ConfigMap, by resourceVersion: the
+// policies of one server share it.
+type configCache struct {
+	mu sync.Mutex
+	m  map[string]parsedConfig
+}
+
+// config returns the parsed ConfigMap of policy server ps, nil when there is none yet.
+func (r *policyReconciler) config(ctx context.Context, ps string) (*parsedConfig, error) {
+	var cm corev1.ConfigMap
+	if err := r.Get(ctx, client.ObjectKey{Namespace: r.o.Namespace, Name: PolicyServerObjectName(ps)}, &cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	r.configs.mu.Lock()
+	c, ok := r.configs.m[ps]
+	r.configs.mu.Unlock()
+	if ok && c.resourceVersion == cm.ResourceVersion && cm.ResourceVersion != "" {
+		return &c, nil
+	}
+	data := []byte(cm.Data[PoliciesKey])
+	c = parsedConfig{resourceVersion: cm.ResourceVersion, digest: cm.Annotations[v1.ConfigDigestAnnotation]}
+	if c.digest == "" {
+		c.digest = status.Digest(data)
+	}
+	if js, err := yaml.YAMLToJSON(data); err == nil {
+		// An unreadable file holds no policy: the PolicyServer reconciler reports it.
+		_ = json.Unmarshal(js, &c.entries)
+	}
+	r.configs.mu.Lock()
+	r.configs.m[ps] = c
+	r.configs.mu.Unlock()
+	return &c, nil
+}

@@ -1,0 +1,313 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+)
+
+// policyEntryDigestAnnotation, on a policy's webhook configuration, is the digest of the
+// policies.yml entry that every replica served when the webhook was last written: a policy
+// whose entry has not changed since stays active while its servers catch up with changes to
+// other policies of the same server.
+const policyEntryDigestAnnotation = "tollgate.dev/policy-entry-digest"
+
+// Defaults the apiserver would give the webhook's fields: the rendered configuration carries
+// them all, so that it compares equal to what the apiserver returns and an unchanged policy
+// is never written again.
+const (
+	defaultTimeoutSeconds int32 = 10
+	serviceWebhookPort    int32 = 443
+)
+
+// renderWebhook returns the policy's webhook configuration: a MutatingWebhookConfiguration when
+// the policy mutates, a ValidatingWebhookConfiguration otherwise, named id, with one webhook
+// that sends the requests the policy selects to /validate/<id> on its policy server's Service.
+func renderWebhook(p v1.Policy, id string, o Options, caBundle []byte, entryDigest string) client.Object {
+	spec := p.Webhook()
+	meta := metav1.ObjectMeta{
+		Name: id,
+		Labels: map[string]string{
+			LabelPartOf:          v1.PartOfLabelValue,
+			v1.PolicyServerLabel: spec.PolicyServer,
+		},
+		Annotations: map[string]string{
+			v1.PolicyNameAnnotation: p.GetName(),
+		},
+	}
+	if p.GetNamespace() != "" {
+		meta.Annotations[v1.PolicyNamespaceAnnotation] = p.GetNamespace()
+	}
+	if entryDigest != "" {
+		meta.Annotations[policyEntryDigestAnnotation] = entryDigest
+	}
+	path := "/validate/" + id
+	cc := admv1.WebhookClientConfig{
+		Service: &admv1.ServiceReference{
+			Namespace: o.Namespace,
+			Name:      PolicyServerObjectName(spec.PolicyServer),
+			Path:      &path,
+			Port:      ptr(serviceWebhookPort),
+		},
+		CABundle: append([]byte(nil), caBundle...),
+	}
+	failure := admv1.Fail
+	if spec.FailurePolicy != nil {
+		failure = admv1.FailurePolicyType(*spec.FailurePolicy)
+	}
+	match := admv1.Equivalent
+	if spec.MatchPolicy != nil {
+		match = admv1.MatchPolicyType(*spec.MatchPolicy)
+	}
+	side := admv1.SideEffectClassNone
+	if spec.SideEffects != nil {
+		side = admv1.SideEffectClass(*spec.SideEffects)
+	}
+	timeout := defaultTimeoutSeconds
+	if spec.TimeoutSeconds != nil {
+		timeout = *spec.TimeoutSeconds
+	}
+	objSel := &metav1.LabelSelector{}
+	if spec.ObjectSelector != nil {
+		objSel = spec.ObjectSelector.DeepCopy()
+	}
+	rules := webhookRules(p)
+	nsSel := webhookNamespaceSelector(p, o.Namespace)
+	conds := webhookMatchConditions(spec.MatchConditions)
+	versions := []string{"v1"}
+
+	if p.IsMutating() {
+		return &admv1.MutatingWebhookConfiguration{
+			ObjectMeta: meta,
+			Webhooks: []admv1.MutatingWebhook{{
+				Name:                    WebhookName(id),
+				ClientConfig:            cc,
+				Rules:                   rules,
+				FailurePolicy:           &failure,
+				MatchPolicy:             &match,
+				NamespaceSelector:       nsSel,
+				ObjectSelector:          objSel,
+				SideEffects:             &side,
+				TimeoutSeconds:          &timeout,
+				AdmissionReviewVersions: versions,
+				ReinvocationPolicy:      ptr(admv1.NeverReinvocationPolicy),
+				MatchConditions:         conds,
+			}},
+		}
+	}
+	return &admv1.ValidatingWebhookConfiguration{
+		ObjectMeta: meta,
+		Webhooks: []admv1.ValidatingWebhook{{
+			Name:                    WebhookName(id),
+			ClientConfig:            cc,
+			Rules:                   rules,
+			FailurePolicy:           &failure,
+			MatchPolicy:             &match,
+			NamespaceSelector:       nsSel,
+			ObjectSelector:          objSel,
+			SideEffects:             &side,
+			TimeoutSeconds:          &timeout,
+			AdmissionReviewVersions: versions,
+			MatchConditions:         conds,
+		}},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// webhookRules converts the policy's rules; a namespaced policy's rules are forced to the
+// Namespaced scope, and a missing scope is the apiserver's default "*".
+func webhookRules(p v1.Policy) []admv1.RuleWithOperations {
+	spec := p.Webhook()
+	rules := make([]admv1.RuleWithOperations, 0, len(spec.Rules))
+	for _, r := range spec.Rules {
+		scope := admv1.AllScopes
+		if r.Scope != nil {
+			scope = admv1.ScopeType(*r.Scope)
+		}
+		if p.IsNamespaced() {
+			scope = admv1.NamespacedScope
+		}
+		ops := make([]admv1.OperationType, len(r.Operations))
+		for i, op := range r.Operations {
+			ops[i] = admv1.OperationType(op)
+		}
+		rules = append(rules, admv1.RuleWithOperations{
+			Operations: ops,
+			Rule: admv1.Rule{
+				APIGroups:   append([]string(nil), r.APIGroups...),
+				APIVersions: append([]string(nil), r.APIVersions...),
+				Resources:   append([]string(nil), r.Resources...),
+				Scope:       &scope,
+			},
+		})
+	}
+	return rules
+}
+
+// webhookNamespaceSelector: a namespaced policy sees its own namespace only; a cluster-wide one
+// sees the namespaces its selector selects (every one without a selector), the controller's
+// namespace left out unless it allows itself inside. Unlike Kubewarden, the user's matchLabels
+// are kept next to the added expression.
+func webhookNamespaceSelector(p v1.Policy, controllerNamespace string) *metav1.LabelSelector {
+	if p.IsNamespaced() {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: p.GetNamespace()}}
+	}
+	user, allowInside := p.Selector()
+	sel := &metav1.LabelSelector{}
+	if user != nil {
+		sel = user.DeepCopy()
+	}
+	if allowInside {
+		return sel
+	}
+	sel.MatchExpressions = append([]metav1.LabelSelectorRequirement{{
+		Key:      corev1.LabelMetadataName,
+		Operator: metav1.LabelSelectorOpNotIn,
+		Values:   []string{controllerNamespace},
+	}}, sel.MatchExpressions...)
+	return sel
+}
+
+func webhookMatchConditions(in []v1.MatchCondition) []admv1.MatchCondition {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]admv1.MatchCondition, len(in))
+	for i, c := range in {
+		out[i] = admv1.MatchCondition{Name: c.Name, Expression: c.Expression}
+	}
+	return out
+}
+
+// webhookObjects returns empty objects of both webhook configuration kinds.
+func webhookObjects() []client.Object {
+	return []client.Object{&admv1.ValidatingWebhookConfiguration{}, &admv1.MutatingWebhookConfiguration{}}
+}
+
+// applyWebhook creates desired, or updates the existing configuration of its kind and name when
+// it differs (webhooks, caBundle included, or the labels and annotations the controller sets).
+// It reports whether it wrote.
+func applyWebhook(ctx context.Context, c client.Client, desired client.Object) (bool, error) {
+	var existing client.Object
+	switch desired.(type) {
+	case *admv1.ValidatingWebhookConfiguration:
+		existing = &admv1.ValidatingWebhookConfiguration{}
+	case *admv1.MutatingWebhookConfiguration:
+		existing = &admv1.MutatingWebhookConfiguration{}
+	}
+	err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	if apierrors.IsNotFound(err) {
+		if err := c.Create(ctx, desired); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	changed := false
+	switch e := existing.(type) {
+	case *admv1.ValidatingWebhookConfiguration:
+		d := desired.(*admv1.ValidatingWebhookConfiguration)
+		if !equality.Semantic.DeepEqual(e.Webhooks, d.Webhooks) {
+			e.Webhooks = d.Webhooks
+			changed = true
+		}
+	case *admv1.MutatingWebhookConfiguration:
+		d := desired.(*admv1.MutatingWebhookConfiguration)
+		if !equality.Semantic.DeepEqual(e.Webhooks, d.Webhooks) {
+			e.Webhooks = d.Webhooks
+			changed = true
+		}
+	}
+	labels, lc := mergeStrings(existing.GetLabels(), desired.GetLabels())
+	annotations, ac := mergeStrings(existing.GetAnnotations(), desired.GetAnnotations())
+	if !changed && !lc && !ac {
+		return false, nil
+	}
+	existing.SetLabels(labels)
+	existing.SetAnnotations(annotations)
+	if err := c.Update(ctx, existing); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// mergeStrings returns have with every key of want set to want's value, and whether that
+// changed anything.
+func mergeStrings(have, want map[string]string) (map[string]string, bool) {
+	changed := false
+	for k, v := range want {
+		if cur, ok := have[k]; ok && cur == v {
+			continue
+		}
+		if have == nil {
+			have = map[string]string{}
+		}
+		have[k] = v
+		changed = true
+	}
+	return have, changed
+}
+
+// getWebhook returns the policy's existing webhook configuration of either kind (the one of
+// the policy's current kind first), or nil.
+func getWebhook(ctx context.Context, c client.Client, id string, mutating bool) (client.Object, error) {
+	objs := webhookObjects()
+	if mutating {
+		objs[0], objs[1] = objs[1], objs[0]
+	}
+	for _, obj := range objs {
+		err := c.Get(ctx, client.ObjectKey{Name: id}, obj)
+		if err == nil {
+			if ownedWebhook(obj) {
+				return obj, nil
+			}
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// deleteWebhooks deletes the configurations named id of both kinds, or only of the kind that
+// is not keep's (after a flip of mutating), when they are tollgate's. It reports whether it
+// deleted anything.
+func deleteWebhooks(ctx context.Context, c client.Client, id string, keep client.Object) (bool, error) {
+	deleted := false
+	for _, obj := range webhookObjects() {
+		if keep != nil && fmt.Sprintf("%T", obj) == fmt.Sprintf("%T", keep) {
+			continue
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: id}, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return deleted, err
+		}
+		if !ownedWebhook(obj) {
+			continue
+		}
+		if err := c.Delete(ctx, obj, client.Preconditions{UID: ptr(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+			return deleted, fmt.Errorf("deleting %T %s: %w", obj, id, err)
+		}
+		deleted = true
+	}
+	return deleted, nil
+}
+
+// ownedWebhook tells tollgate's webhook configurations from others of the same name.
+func ownedWebhook(obj client.Object) bool {
+	return obj.GetLabels()[LabelPartOf] == v1.PartOfLabelValue
+}
