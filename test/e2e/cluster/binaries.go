@@ -77,7 +77,7 @@ func runInstallScript(ctx context.Context, tools []string, logf func(string, ...
 	if err != nil {
 		return nil, err
 	}
-	logf("cluster: %s %s (KUBE_APISERVER/ETCD/KUBECTL unset; a cold build takes about 10 minutes)",
+	logf("cluster: %s %s (KUBE_APISERVER/ETCD/KUBECTL unset; it builds what is missing, about 10 minutes cold)",
 		installScript, strings.Join(tools, " "))
 	cmd := exec.CommandContext(ctx, filepath.Join(root, installScript), tools...)
 	cmd.Dir = root

@@ -183,6 +183,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		TLSClientConfig: rest.TLSClientConfig{CAData: c.CA.CertPEM},
 		QPS:             100,
 		Burst:           200,
+		// Server warnings (e.g. "FQDN endpoints are deprecated") go to Logf, not to klog's stderr.
+		WarningHandler: warningLogger(logf),
 	}
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return nil, fmt.Errorf("cluster: clientset: %w", err)
@@ -314,6 +316,13 @@ contexts:
     user: %s
 current-context: e2e
 `, server, base64.StdEncoding.EncodeToString(caPEM), AdminUser, token, AdminUser)
+}
+
+// warningLogger passes the apiserver's warnings to logf.
+type warningLogger func(string, ...any)
+
+func (l warningLogger) HandleWarningHeader(_ int, _ string, text string) {
+	l("cluster: apiserver warning: %s", text)
 }
 
 // mergeFlags appends extra to base; a flag in extra replaces base's flag of the same name.
