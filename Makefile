@@ -90,10 +90,12 @@ clean:
 
 # crds regenerates the CRD manifests in crds/ and the deep-copy functions from the Go types in
 # crds/api/v1 with the pinned controller-gen (built from the Go module proxy, cached outside the
-# repository); crds/generate_test.go fails when the committed files are out of date.
+# repository), and copies them into charts/tollgate/crds; crds/generate_test.go and
+# test/helmchart fail when the committed files are out of date.
 crds:
 	@cg="$$(./scripts/install-k8s-tools.sh controller-gen | sed -n 's/^controller-gen=//p')"; \
-	"$$cg" object paths=./crds/api/... && "$$cg" crd paths=./crds/api/... output:crd:artifacts:config=crds
+	"$$cg" object paths=./crds/api/... && "$$cg" crd paths=./crds/api/... output:crd:artifacts:config=crds && \
+	rm -f charts/tollgate/crds/*.yaml && cp crds/*.yaml charts/tollgate/crds/
 
 # map-tinygo-probe tries to build and run the mutating-admission-policy module with TinyGo
 # (it cannot today: cel-go needs reflection TinyGo lacks; see RATIONALE.md). It fails while
