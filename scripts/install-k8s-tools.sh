@@ -10,7 +10,8 @@
 # Prints one `name=path` line on stdout per selected tool (built now or found in the cache), so
 # Makefiles and tests can use them; everything else goes to stderr.
 #
-# Idempotent: a second run only checks that the binaries exist (no network, well under a second).
+# Idempotent: a second run only checks that the binaries exist and were built by this recipe (no
+# network, well under a second).
 # Every tool is built in a temporary directory and renamed into place, so an interrupted run never
 # leaves a half-built tool behind. Builds run one after another (kube-apiserver alone takes several
 # GB of memory and about 7 minutes on 2 cores).
@@ -37,6 +38,10 @@ export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
 GO="${GO:-go}"
 ALL_TOOLS=(kube-apiserver kubectl etcd controller-gen helm)
+# RECIPE is written next to each tool's bin/ and must match for a cached tool to be used: bump it
+# when the way tools are built changes, so caches made the old way are rebuilt.
+# 2: versions stamped by -ldflags -X (kube-apiserver reported v0.0.0-master, helm v3.21).
+RECIPE=2
 
 log() { printf 'install-k8s-tools: %s\n' "$*" >&2; }
 die() { printf 'install-k8s-tools: error: %s\n' "$*" >&2; exit 1; }
@@ -53,12 +58,18 @@ tool_version() {
 
 tool_bin() { echo "$TOOLS_DIR/$1-$(tool_version "$1")/bin/$1"; }
 
-# go_build WRAPPER_GOMOD_EXTRA OUTDIR REQUIRE_MODULE@VERSION PACKAGE... builds PACKAGEs into OUTDIR
-# through a wrapper module in a temporary directory that requires the module (plus the extra go.mod
-# lines given, e.g. replace directives). Sets the global WRAP to the wrapper directory.
+tool_ok() {
+	local bin
+	bin="$(tool_bin "$1")"
+	[[ -x "$bin" && "$(cat "${bin%/bin/*}/recipe" 2>/dev/null)" == "$RECIPE" ]]
+}
+
+# go_build WRAPPER_GOMOD_EXTRA LDFLAGS OUTDIR REQUIRE_MODULE@VERSION PACKAGE... builds PACKAGEs into
+# OUTDIR through a wrapper module in a temporary directory that requires the module (plus the extra
+# go.mod lines given, e.g. replace directives), linked with `-s -w LDFLAGS`.
 go_build() {
-	local extra="$1" out="$2" req="$3"
-	shift 3
+	local extra="$1" ldflags="$2" out="$3" req="$4"
+	shift 4
 	local wrap="$TMP/wrapper"
 	rm -rf "$wrap"
 	mkdir -p "$wrap"
@@ -76,7 +87,7 @@ go_build() {
 		cd "$wrap"
 		export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 		"$GO" mod tidy >&2 || die "go mod tidy of the wrapper for $req failed"
-		"$GO" build -trimpath -ldflags='-s -w' -o "$out/" "$@" >&2
+		"$GO" build -trimpath -ldflags="-s -w $ldflags" -o "$out/" "$@" >&2
 	) || die "building $* ($req) failed"
 }
 
@@ -89,11 +100,20 @@ install_bin() {
 	[[ -x "$src" ]] || die "$src was not built"
 	mkdir -p "$TMP/$name/bin"
 	mv "$src" "$TMP/$name/bin/$name"
+	echo "$RECIPE" >"$TMP/$name/recipe"
 	rm -rf "$root"
 	if ! mv -T "$TMP/$name" "$root" 2>/dev/null; then
 		# Another run (another clone) finished first; keep its result.
-		[[ -x "$bin" ]] || die "cannot move $name into $root"
+		tool_ok "$name" || die "cannot move $name into $root"
 	fi
+}
+
+# module_gomod MODULE@VERSION downloads a module's go.mod and prints its path in the module cache.
+module_gomod() {
+	local gomod
+	gomod="$(cd "$TMP" && GOTOOLCHAIN=local "$GO" mod download -json "$1" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')"
+	[[ -f "$gomod" ]] || die "cannot download the go.mod of $1"
+	echo "$gomod"
 }
 
 # kube_replaces prints a replace directive pinning every staging module that k8s.io/kubernetes
@@ -101,9 +121,7 @@ install_bin() {
 # do not apply to a module that depends on it. The list is read from its real go.mod.
 kube_replaces() {
 	local gomod staging="v0.${KUBERNETES_VERSION#*.}"
-	gomod="$(cd "$TMP" && GOTOOLCHAIN=local "$GO" mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" |
-		sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')"
-	[[ -f "$gomod" ]] || die "cannot download the go.mod of k8s.io/kubernetes@v$KUBERNETES_VERSION"
+	gomod="$(module_gomod "k8s.io/kubernetes@v$KUBERNETES_VERSION")" || exit 1
 	local mods m
 	# Required at v0.0.0 (so never a published version) and replaced by a staging directory.
 	mods="$(awk '$2 == "v0.0.0" && $1 ~ /^k8s\.io\// { print $1 }' "$gomod" | sort -u)"
@@ -120,7 +138,16 @@ build_kube() {
 	log "building kube-apiserver and kubectl v$KUBERNETES_VERSION (SLOW: about 7-10 minutes on 2 cores, several GB of memory)"
 	local replaces
 	replaces="$(kube_replaces)" || exit 1
-	go_build "$replaces" "$TMP/out" "k8s.io/kubernetes@v$KUBERNETES_VERSION" \
+	# What Kubernetes' hack/lib/version.sh stamps (/version, kubectl version; helm charts'
+	# kubeVersion constraints fail against the default v0.0.0-master).
+	local ldflags="" pkg key minor="${KUBERNETES_VERSION#*.}"
+	minor="${minor%%.*}"
+	for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+		for key in gitVersion=v$KUBERNETES_VERSION gitMajor=${KUBERNETES_VERSION%%.*} gitMinor=$minor gitTreeState=clean; do
+			ldflags+=" -X $pkg.$key"
+		done
+	done
+	go_build "$replaces" "$ldflags" "$TMP/out" "k8s.io/kubernetes@v$KUBERNETES_VERSION" \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
 	install_bin kube-apiserver "$TMP/out/kube-apiserver"
 	install_bin kubectl "$TMP/out/kubectl"
@@ -132,7 +159,7 @@ build_one() {
 	kube-apiserver | kubectl) build_kube ;;
 	etcd)
 		log "building etcd v$ETCD_VERSION (about a minute)"
-		go_build "" "$TMP/out" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3
+		go_build "" "" "$TMP/out" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3
 		# go build names the binary of the module root package after the path without /v3: server.
 		local b
 		for b in server v3 etcd; do [[ -x "$TMP/out/$b" ]] && break; done
@@ -140,13 +167,24 @@ build_one() {
 		;;
 	controller-gen)
 		log "building controller-gen v$CONTROLLER_TOOLS_VERSION (about a minute)"
-		go_build "" "$TMP/out" "sigs.k8s.io/controller-tools@v$CONTROLLER_TOOLS_VERSION" \
+		# The version goes into generated CRDs (controller-gen.kubebuilder.io/version).
+		go_build "" "-X sigs.k8s.io/controller-tools/pkg/version.version=v$CONTROLLER_TOOLS_VERSION" \
+			"$TMP/out" "sigs.k8s.io/controller-tools@v$CONTROLLER_TOOLS_VERSION" \
 			sigs.k8s.io/controller-tools/cmd/controller-gen
 		install_bin controller-gen "$TMP/out/controller-gen"
 		;;
 	helm)
 		log "building helm v$HELM_VERSION (about a minute)"
-		go_build "" "$TMP/out" "helm.sh/helm/v3@v$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+		# As helm's Makefile: its version, and the Kubernetes version of the client-go it uses as
+		# the default .Capabilities.KubeVersion (without it `helm template` assumes v1.20).
+		local gomod cg
+		gomod="$(module_gomod "helm.sh/helm/v3@v$HELM_VERSION")" || exit 1
+		cg="$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$gomod")" # v0.MINOR.PATCH
+		[[ "$cg" =~ ^v0\.([0-9]+)\. ]] || die "no k8s.io/client-go version in $gomod"
+		go_build "" "-X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean
+			-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${BASH_REMATCH[1]}
+			-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${BASH_REMATCH[1]}" \
+			"$TMP/out" "helm.sh/helm/v3@v$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 		install_bin helm "$TMP/out/helm"
 		;;
 	esac
@@ -157,7 +195,7 @@ main() {
 	((${#tools[@]})) || tools=("${ALL_TOOLS[@]}")
 	for t in "${tools[@]}"; do tool_version "$t" >/dev/null; done
 	for t in "${tools[@]}"; do
-		if [[ ! -x "$(tool_bin "$t")" ]]; then
+		if ! tool_ok "$t"; then
 			command -v "$GO" >/dev/null || die "go not found (set GO=/path/to/go)"
 			mkdir -p "$TOOLS_DIR"
 			# Leftovers of runs that were killed (SIGKILL skips the cleanup trap); two hours is far

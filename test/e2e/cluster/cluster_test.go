@@ -45,6 +45,18 @@ func TestCluster(t *testing.T) {
 	})
 	t.Logf("timing: apiserver ready %v after start", c.StartDuration.Round(time.Millisecond))
 
+	t.Run("version", func(t *testing.T) {
+		v, err := c.Client.Discovery().ServerVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Unstamped builds say v0.0.0-master, which charts' kubeVersion constraints refuse.
+		if v.Major != "1" || !strings.HasPrefix(v.GitVersion, "v1.") {
+			t.Fatalf("server version %+v; want a stamped v1.x (scripts/install-k8s-tools.sh ldflags)", v)
+		}
+		t.Logf("server version %s", v.GitVersion)
+	})
+
 	t.Run("kubectl get ns", func(t *testing.T) {
 		out, _, err := c.Kubectl(ctx, "get", "ns", "-o", "name")
 		if err != nil {
