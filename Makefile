@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: crds all build demo-modules bench-server policies test test-modules bench check tools clean demo map-tinygo-probe
+.PHONY: e2e crds all build demo-modules bench-server policies test test-modules bench check tools clean demo map-tinygo-probe
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -64,8 +64,21 @@ test: policies test-modules
 	@$(MAKE) --no-print-directory demo-modules
 	$(GO) test $(GOTEST_FLAGS) ./...
 
+# test/e2e (a real apiserver, minutes of CPU) runs only through `make e2e`.
 test-modules:
-	@set -e; for m in $(SUBMODULES); do echo "go test ./... in $$m"; (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...); done
+	@set -e; for m in $(filter-out test/e2e,$(SUBMODULES)); do echo "go test ./... in $$m"; (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...); done
+
+# e2e runs the operator's end-to-end tests (test/e2e, docs/e2e.md): real etcd and kube-apiserver
+# on loopback (built by scripts/install-k8s-tools.sh, cached), `tollgate controller` and the
+# policy servers as processes (test/e2e/kubelet plays the kubelet). E2E_RUN selects tests.
+E2E_RUN ?= .
+e2e: policies build
+	@set -e; tools="$$(./scripts/install-k8s-tools.sh kube-apiserver etcd kubectl)"; \
+	export KUBE_APISERVER="$$(sed -n 's/^kube-apiserver=//p' <<<"$$tools")"; \
+	export ETCD="$$(sed -n 's/^etcd=//p' <<<"$$tools")"; \
+	export KUBECTL="$$(sed -n 's/^kubectl=//p' <<<"$$tools")"; \
+	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
+	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '$(E2E_RUN)' ./...
 
 bench: policies
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
