@@ -146,6 +146,12 @@ func newPolicyReconcilers(c client.Client, reader client.Reader, o Options, cert
 	return rs
 }
 
+// setupPolicyReconcilers registers the reconcilers of the four policy kinds with mgr; certs
+// gives the webhooks' caBundle.
+func setupPolicyReconcilers(mgr ctrl.Manager, o Options, certs *CertManager) error {
+	return setupPolicyReconcilersWith(mgr, o, certs, BuildPolicyEntry)
+}
+
 // setupPolicyReconcilersWith registers the four policy reconcilers with mgr.
 func setupPolicyReconcilersWith(mgr ctrl.Manager, o Options, certs caBundler, build buildEntryFunc) error {
 	events := mgr.GetEventRecorderFor("tollgate-controller") //nolint:staticcheck // the events/v1 recorder is not needed here
@@ -335,6 +341,16 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 	cfg, err := r.config(ctx, psName)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if cfg != nil && !cfg.holds(id, entryJSON) {
+		if other, ok := cfg.owner(id); ok && other != (types.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()}) {
+			// BuildConfig keeps the first policy of an id that two policies share.
+			msg := fmt.Sprintf("the id %s is already used by another policy (%s) on PolicyServer %q", id, other, psName)
+			r.setStage(p, v1.PolicyStatusScheduled, ReasonInvalidPolicy, msg, v1.ModeUnknown)
+			r.setUnknownVersion(p, "the policy is not in the policy server's configuration")
+			r.warnOnChange(p, before, ReasonInvalidPolicy)
+			return reconcile.Result{}, nil
+		}
 	}
 	if cfg == nil || !cfg.holds(id, entryJSON) {
 		what := "does not hold the policy yet"
@@ -627,6 +643,17 @@ func (c *parsedConfig) holds(id string, entryJSON []byte) bool {
 		return false
 	}
 	return reflect.DeepEqual(a, b)
+}
+
+// owner returns the namespace and name of the policy the configuration has under id.
+func (c *parsedConfig) owner(id string) (types.NamespacedName, bool) {
+	var e struct {
+		NamespacedName *struct{ Namespace, Name string } `json:"namespacedName"`
+	}
+	if have, ok := c.entries[id]; !ok || json.Unmarshal(have, &e) != nil || e.NamespacedName == nil {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: e.NamespacedName.Namespace, Name: e.NamespacedName.Name}, true
 }
 
 // configCache keeps the last parse of each server's ConfigMap, by resourceVersion: the

@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"testing"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+)
+
+func TestRenderWebhook(t *testing.T) {
+	o := Options{Namespace: testNS}
+	rules := []v1.RuleWithOperations{{
+		Operations: []v1.OperationType{"CREATE", "UPDATE"}, APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"},
+		Scope: ptr(v1.ScopeType("Cluster")),
+	}}
+	spec := v1.WebhookSpec{
+		PolicyServer:    "edge",
+		Rules:           rules,
+		MatchConditions: []v1.MatchCondition{{Name: "not-kube-system", Expression: "request.namespace != 'kube-system'"}},
+		ObjectSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		FailurePolicy:   ptr(v1.FailurePolicyType("Ignore")),
+		TimeoutSeconds:  ptr(int32(5)),
+	}
+	userSel := &metav1.LabelSelector{
+		MatchLabels:      map[string]string{"env": "prod"},
+		MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}}},
+	}
+	notController := metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{testNS}}
+
+	capol := &v1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+	capol.Spec.WebhookSpec = spec
+	capol.Spec.NamespaceSelector = userSel
+	capInside := capol.DeepCopy()
+	capInside.Spec.AllowInsideAdmissionControllerNamespace = true
+	capMut := capol.DeepCopy()
+	capMut.Spec.Mutating = true
+	capNoSel := capol.DeepCopy()
+	capNoSel.Spec.NamespaceSelector = nil
+	ap := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "a"}}
+	ap.Spec.WebhookSpec = spec
+	capg := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "g"}}
+	capg.Spec.WebhookSpec = spec
+	apg := &v1.AdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "g"}}
+	apg.Spec.WebhookSpec = spec
+
+	tests := []struct {
+		name     string
+		p        v1.Policy
+		id       string
+		mutating bool
+		nsSel    *metav1.LabelSelector
+		scope    admv1.ScopeType
+	}{
+		{"ClusterAdmissionPolicy", capol, "clusterwide-c", false, &metav1.LabelSelector{
+			MatchLabels:      map[string]string{"env": "prod"},
+			MatchExpressions: []metav1.LabelSelectorRequirement{notController, userSel.MatchExpressions[0]},
+		}, admv1.ClusterScope},
+		{"inside the controller namespace", capInside, "clusterwide-c", false, userSel, admv1.ClusterScope},
+		{"mutating", capMut, "clusterwide-c", true, &metav1.LabelSelector{
+			MatchLabels:      map[string]string{"env": "prod"},
+			MatchExpressions: []metav1.LabelSelectorRequirement{notController, userSel.MatchExpressions[0]},
+		}, admv1.ClusterScope},
+		{"no selector", capNoSel, "clusterwide-c", false, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{notController}}, admv1.ClusterScope},
+		{"AdmissionPolicy", ap, "namespaced-team-a", false, &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "team"}}, admv1.NamespacedScope},
+		{"ClusterAdmissionPolicyGroup", capg, "clusterwide-group-g", false, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{notController}}, admv1.ClusterScope},
+		{"AdmissionPolicyGroup", apg, "namespaced-group-team-g", false, &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "team"}}, admv1.NamespacedScope},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := PolicyID(tt.p.PolicyKind(), tt.p.GetNamespace(), tt.p.GetName())
+			if id != tt.id {
+				t.Fatalf("id %s, want %s", id, tt.id)
+			}
+			obj := renderWebhook(tt.p, id, o, []byte("PEM"), "sha256:e")
+			if obj.GetName() != tt.id || len(obj.GetOwnerReferences()) != 0 {
+				t.Errorf("name %s, owners %v", obj.GetName(), obj.GetOwnerReferences())
+			}
+			wantLabels := map[string]string{LabelPartOf: "tollgate", v1.PolicyServerLabel: "edge"}
+			if !equality.Semantic.DeepEqual(obj.GetLabels(), wantLabels) {
+				t.Errorf("labels %v", obj.GetLabels())
+			}
+			an := obj.GetAnnotations()
+			if an[v1.PolicyNameAnnotation] != tt.p.GetName() || an[v1.PolicyNamespaceAnnotation] != tt.p.GetNamespace() {
+				t.Errorf("annotations %v", an)
+			}
+			var w admv1.ValidatingWebhook
+			switch c := obj.(type) {
+			case *admv1.ValidatingWebhookConfiguration:
+				if tt.mutating {
+					t.Fatal("validating configuration for a mutating policy")
+				}
+				w = c.Webhooks[0]
+			case *admv1.MutatingWebhookConfiguration:
+				if !tt.mutating {
+					t.Fatal("mutating configuration for a validating policy")
+				}
+				m := c.Webhooks[0]
+				if m.ReinvocationPolicy == nil || *m.ReinvocationPolicy != admv1.NeverReinvocationPolicy {
+					t.Errorf("reinvocationPolicy %v", m.ReinvocationPolicy)
+				}
+				w = admv1.ValidatingWebhook{Name: m.Name, ClientConfig: m.ClientConfig, Rules: m.Rules, FailurePolicy: m.FailurePolicy,
+					MatchPolicy: m.MatchPolicy, NamespaceSelector: m.NamespaceSelector, ObjectSelector: m.ObjectSelector,
+					SideEffects: m.SideEffects, TimeoutSeconds: m.TimeoutSeconds, AdmissionReviewVersions: m.AdmissionReviewVersions,
+					MatchConditions: m.MatchConditions}
+			}
+			want := admv1.ValidatingWebhook{
+				Name: tt.id + ".policies.tollgate.dev",
+				ClientConfig: admv1.WebhookClientConfig{
+					Service:  &admv1.ServiceReference{Namespace: testNS, Name: "policy-server-edge", Path: ptr("/validate/" + tt.id), Port: ptr(int32(443))},
+					CABundle: []byte("PEM"),
+				},
+				Rules: []admv1.RuleWithOperations{{
+					Operations: []admv1.OperationType{"CREATE", "UPDATE"},
+					Rule:       admv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}, Scope: ptr(tt.scope)},
+				}},
+				FailurePolicy:           ptr(admv1.Ignore),
+				MatchPolicy:             ptr(admv1.Equivalent),
+				NamespaceSelector:       tt.nsSel,
+				ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+				SideEffects:             ptr(admv1.SideEffectClassNone),
+				TimeoutSeconds:          ptr(int32(5)),
+				AdmissionReviewVersions: []string{"v1"},
+				MatchConditions:         []admv1.MatchCondition{{Name: "not-kube-system", Expression: "request.namespace != 'kube-system'"}},
+			}
+			if !equality.Semantic.DeepEqual(w, want) {
+				t.Errorf("webhook\n got %+v\nwant %+v", w, want)
+			}
+		})
+	}
+	// The user's selector is not modified in place.
+	if len(userSel.MatchExpressions) != 1 {
+		t.Fatalf("user selector modified: %+v", userSel)
+	}
+}
+
+func TestRenderWebhookDefaults(t *testing.T) {
+	p := &v1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "d"}}
+	p.Spec.PolicyServer = "default"
+	p.Spec.Rules = []v1.RuleWithOperations{{Operations: []v1.OperationType{"*"}, APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}
+	w := renderWebhook(p, "clusterwide-d", Options{Namespace: testNS}, nil, "").(*admv1.ValidatingWebhookConfiguration).Webhooks[0]
+	if *w.FailurePolicy != admv1.Fail || *w.MatchPolicy != admv1.Equivalent || *w.SideEffects != admv1.SideEffectClassNone ||
+		*w.TimeoutSeconds != 10 || *w.Rules[0].Scope != admv1.AllScopes || w.ObjectSelector == nil || w.MatchConditions != nil {
+		t.Fatalf("defaults %+v", w)
+	}
+}
+
+func TestApplyWebhookWritesOnlyChanges(t *testing.T) {
+	p := cap1("apply")
+	e := newEnv(t)
+	desired := func(ca string) client.Object {
+		return renderWebhook(p, "clusterwide-apply", Options{Namespace: testNS}, []byte(ca), "sha256:e")
+	}
+	for i, step := range []struct {
+		ca    string
+		wrote bool
+	}{{"A", true}, {"A", false}, {"B", true}, {"B", false}} {
+		wrote, err := applyWebhook(e.ctx, e.c, desired(step.ca))
+		if err != nil || wrote != step.wrote {
+			t.Fatalf("step %d: wrote %v, err %v; want wrote %v", i, wrote, err, step.wrote)
+		}
+	}
+	// A foreign configuration of the same name is not deleted.
+	foreign := &admv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterwide-foreign"}}
+	if err := e.c.Create(e.ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	if deleted, err := deleteWebhooks(e.ctx, e.c, "clusterwide-foreign", nil); err != nil || deleted {
+		t.Fatalf("deleted %v, err %v", deleted, err)
+	}
+}
