@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -638,11 +639,18 @@ func (c *parsedConfig) holds(id string, entryJSON []byte) bool {
 	if !ok {
 		return false
 	}
-	var a, b any
-	if json.Unmarshal(have, &a) != nil || json.Unmarshal(entryJSON, &b) != nil {
-		return false
-	}
-	return reflect.DeepEqual(a, b)
+	a, errA := decodeJSON(have)
+	b, errB := decodeJSON(entryJSON)
+	return errA == nil && errB == nil && reflect.DeepEqual(a, b)
+}
+
+// decodeJSON decodes b keeping numbers as written, so that no digit of a large one is lost.
+func decodeJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
 }
 
 // owner returns the namespace and name of the policy the configuration has under id.
@@ -683,10 +691,14 @@ func (r *policyReconciler) config(ctx context.Context, ps string) (*parsedConfig
 	if c.digest == "" {
 		c.digest = status.Digest(data)
 	}
-	if js, err := yaml.YAMLToJSON(data); err == nil {
-		// An unreadable file holds no policy: the PolicyServer reconciler reports it.
-		_ = json.Unmarshal(js, &c.entries)
+	// The controller writes JSON; YAML (written by hand) is read too, but its conversion to
+	// JSON does not keep numbers as written. An unreadable file holds no policy: the
+	// PolicyServer reconciler reports it.
+	js := data
+	if !json.Valid(js) {
+		js, _ = yaml.YAMLToJSON(data)
 	}
+	_ = json.Unmarshal(js, &c.entries)
 	r.configs.mu.Lock()
 	r.configs.m[ps] = c
 	r.configs.mu.Unlock()

@@ -751,3 +751,52 @@ func containsString(ss []string, s string) bool {
 	}
 	return false
 }
+
+// The entries BuildPolicyEntry gives are found in the policies.yml BuildConfig writes.
+func TestConfigHoldsBuiltEntries(t *testing.T) {
+	ps := policyServer("default")
+	c := cap1("settings")
+	c.Spec.Settings.Raw = []byte(`{"big": 12345678901234567891, "f": 1.50, "list": [1, "a", null], "nested": {"z": 1, "a": 2}}`)
+	c.Spec.ContextAwareResources = []v1.ContextAwareResource{{APIVersion: "v1", Kind: "Namespace"}}
+	c.Spec.TimeoutEvalSeconds = ptr(int32(3))
+	ap := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "a"}}
+	ap.Spec.PolicyServer, ap.Spec.Module = "default", "ghcr.io/x/y:v1"
+	g := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "g"}}
+	g.Spec.PolicyServer, g.Spec.Expression, g.Spec.Message = "default", "a() && b()", "no"
+	g.Spec.Policies = map[string]v1.ClusterPolicyGroupMember{
+		"a": {ModuleSpec: v1.ModuleSpec{Module: "registry://x/a:v1"}},
+		"b": {ModuleSpec: v1.ModuleSpec{Module: "registry://x/b:v1", Settings: c.Spec.Settings}},
+	}
+	policies := []v1.Policy{c, ap, g}
+	o := Options{Namespace: testNS}
+	yml, skipped := BuildConfig(policies, ps, o)
+	if len(skipped) != 0 {
+		t.Fatalf("skipped %v", skipped)
+	}
+	e := newEnv(t, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: PolicyServerObjectName("default"), ResourceVersion: "7",
+			Annotations: map[string]string{v1.ConfigDigestAnnotation: ConfigDigest(yml)}},
+		Data: map[string]string{PoliciesKey: string(yml)},
+	})
+	cfg, err := e.rs["ClusterAdmissionPolicy"].config(e.ctx, "default")
+	if err != nil || cfg == nil || cfg.digest != ConfigDigest(yml) {
+		t.Fatalf("config %+v, %v", cfg, err)
+	}
+	for _, p := range policies {
+		id, entry, err := BuildPolicyEntry(p, ps, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(entry)
+		if !cfg.holds(id, b) {
+			t.Errorf("%s: entry %s not found in\n%s", id, b, yml)
+		}
+	}
+	// Another big integer is another entry.
+	c2 := c.DeepCopy()
+	c2.Spec.Settings.Raw = []byte(`{"big": 12345678901234567892, "f": 1.50, "list": [1, "a", null], "nested": {"z": 1, "a": 2}}`)
+	id, entry, _ := BuildPolicyEntry(c2, ps, o)
+	if b, _ := json.Marshal(entry); cfg.holds(id, b) {
+		t.Error("a changed setting is found in the old configuration")
+	}
+}
