@@ -36,6 +36,8 @@ import (
 // +kubebuilder:rbac:groups=policies.tollgate.dev,resources=clusteradmissionpolicies/finalizers;admissionpolicies/finalizers;clusteradmissionpolicygroups/finalizers;admissionpolicygroups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=policies.tollgate.dev,resources=policyservers,verbs=get;list;watch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch;create;update;patch;delete
+// The controller's namespace only (charts/tollgate/templates/role.yaml): the servers'
+// ConfigMaps, the CA Secret and the servers' EndpointSlices.
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups="";events.k8s.io,resources=events,verbs=create;patch
@@ -76,9 +78,10 @@ const (
 	ReasonOlderConfigurationReachable = "OlderConfigurationReachable"
 )
 
-// failedPollFactor slows polling of a policy that failed to load: the server retries failed
-// policies on its own, after 30 s at first.
-const failedPollFactor = 10
+// slowPollFactor slows polling where nothing is expected soon: a policy that failed to load
+// (the server retries failed policies on its own, after 30 s at first), a server without
+// ready endpoints, an active policy whose replicas catch up with another policy's change.
+const slowPollFactor = 10
 
 // maxConditionMessage bounds condition messages (the apiserver's limit is 32768).
 const maxConditionMessage = 4096
@@ -384,12 +387,14 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 		mode = v1.PolicyModeStatus(v.mode)
 	}
 	poll := reconcile.Result{RequeueAfter: r.o.StatusPollInterval}
+	slowPoll := reconcile.Result{RequeueAfter: slowPollFactor * r.o.StatusPollInterval}
 
 	switch {
 	case v.err != nil:
 		reason := ReasonPolicyServerUnreachable
 		if errors.Is(v.err, ErrNoReadyEndpoints) {
-			reason = ReasonNoReadyEndpoints
+			// New endpoints are seen through the EndpointSlice watch: no need to poll fast.
+			reason, poll = ReasonNoReadyEndpoints, slowPoll
 		}
 		r.setStage(p, v1.PolicyStatusPending, reason, v.err.Error(), mode)
 		return poll, nil
@@ -402,7 +407,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 		}
 		r.setStage(p, v1.PolicyStatusPending, ReasonPolicyLoadFailed, v.loadErr, mode)
 		r.warnOnChange(p, before, ReasonPolicyLoadFailed)
-		return reconcile.Result{RequeueAfter: failedPollFactor * r.o.StatusPollInterval}, nil
+		return slowPoll, nil
 	case !v.served:
 		r.setStage(p, v1.PolicyStatusPending, ReasonPolicyLoading, v.waiting, mode)
 		return poll, nil
@@ -430,6 +435,10 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 		fmt.Sprintf("served by %d replica(s) of PolicyServer %q; webhook registered", v.replicas, psName), mode)
 	if !wasActiveStage {
 		r.events.Event(p, corev1.EventTypeNormal, ReasonPolicyActive, "the policy is active")
+	}
+	if v.current < v.asked {
+		// Keep PolicyServerConfigurationUpToDate true to the replicas.
+		return slowPoll, nil
 	}
 	return reconcile.Result{}, nil
 }

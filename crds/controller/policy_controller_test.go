@@ -373,19 +373,22 @@ func TestPolicyStages(t *testing.T) {
 	e.reconcile(p)
 	wantStage(t, p, v1.PolicyStatusScheduled, ReasonConfigurationPending)
 
-	// In the ConfigMap, no endpoint yet: pending, polled.
+	// In the ConfigMap, no endpoint yet: pending, polled slowly (the slices are watched).
 	digest := e.writeConfig("default", p)
 	res := e.reconcile(p)
 	wantStage(t, p, v1.PolicyStatusPending, ReasonNoReadyEndpoints)
-	if res.RequeueAfter != 500*time.Millisecond {
+	if res.RequeueAfter != 5*time.Second {
 		t.Errorf("requeue after %s", res.RequeueAfter)
 	}
 
-	// One replica, still on the previous file.
+	// One replica, still on the previous file: polled every StatusPollInterval.
 	s := e.addServer("default")
 	s.serve("sha256:old")
-	e.reconcile(p)
+	res = e.reconcile(p)
 	wantStage(t, p, v1.PolicyStatusPending, ReasonPolicyLoading)
+	if res.RequeueAfter != 500*time.Millisecond {
+		t.Errorf("requeue after %s", res.RequeueAfter)
+	}
 	wantCondition(t, p, v1.ConditionConfigurationUpToDate, metav1.ConditionFalse, ReasonConfigurationVersionMismatch)
 	wantCondition(t, p, v1.ConditionPolicyUniquelyReachable, metav1.ConditionFalse, ReasonOlderConfigurationReachable)
 	if getValidating(e, id) != nil {
@@ -569,15 +572,28 @@ func TestActiveAcrossOtherPolicyChanges(t *testing.T) {
 	if err := e.c.Create(e.ctx, other); err != nil {
 		t.Fatal(err)
 	}
-	e.writeConfig("default", p, other)
-	e.reconcile(p)
+	digest := e.writeConfig("default", p, other)
+	before := e.writes.Load()
+	res := e.reconcile(p)
 	wantStage(t, p, v1.PolicyStatusActive, ReasonPolicyActive)
 	wantCondition(t, p, v1.ConditionConfigurationUpToDate, metav1.ConditionFalse, ReasonConfigurationVersionMismatch)
+	if res.RequeueAfter == 0 {
+		t.Error("not requeued while the replicas catch up")
+	}
+	if n := e.writes.Load() - before; n != 1 {
+		t.Errorf("%d writes, want 1 (the status)", n)
+	}
 	// The newcomer waits for the reload.
 	e.reconcile(other)
 	wantStage(t, other, v1.PolicyStatusPending, ReasonPolicyLoading)
-	_ = s
-	_ = id
+	// Reloaded: both active, up to date.
+	s.serve(digest, ready(id), ready(PolicyID(other.PolicyKind(), "", other.Name)))
+	if res = e.reconcile(p); res.RequeueAfter != 0 {
+		t.Errorf("requeue after %s", res.RequeueAfter)
+	}
+	wantCondition(t, p, v1.ConditionConfigurationUpToDate, metav1.ConditionTrue, ReasonConfigurationVersionMatch)
+	e.reconcile(other)
+	wantStage(t, other, v1.PolicyStatusActive, ReasonPolicyActive)
 }
 
 func TestFinalizerDeletesWebhook(t *testing.T) {
