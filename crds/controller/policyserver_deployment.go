@@ -1,0 +1,217 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+)
+
+// DeploymentSpecAnnotation, on the Deployment (not on its pod template), is the digest of the
+// spec the controller last wrote: the Deployment is written again only when the desired spec's
+// digest differs or what the controller owns of the stored one drifted, so the fields the
+// apiserver defaults are never fought over.
+const DeploymentSpecAnnotation = "tollgate.dev/deployment-spec"
+
+// Volume names of the policy server pods.
+const (
+	volumeConfig       = "config"
+	volumeCert         = "tls"
+	volumeCache        = "cache"
+	volumeRegistryAuth = "registry-auth"
+)
+
+// ServerArgs returns the arguments of the policy server container: `tollgate serve` with every
+// path inside the volumes the Deployment mounts, so that the Deployment describes the server
+// completely.
+func ServerArgs(ps *v1.PolicyServer, o Options) []string {
+	webhook, readiness := serverPorts(ps)
+	args := []string{
+		"serve",
+		"--policies=" + ConfigMountPath + "/" + PoliciesKey,
+		"--sources-path=" + ConfigMountPath + "/" + SourcesKey,
+		"--cert-file=" + CertMountPath + "/" + TLSCertKey,
+		"--key-file=" + CertMountPath + "/" + TLSKeyKey,
+		"--port=" + strconv.Itoa(int(webhook)),
+		"--readiness-probe-port=" + strconv.Itoa(int(readiness)),
+		"--cache-dir=" + CacheMountPath,
+		"--log-fmt=json",
+	}
+	if o.AlwaysAcceptAdmissionReviewsOnNamespace {
+		args = append(args, "--always-accept-admission-reviews-on-namespace="+o.Namespace)
+	}
+	if ps.Spec.ImagePullSecret != "" {
+		args = append(args, "--docker-config-json-path="+RegistryAuthMountPath+"/config.json")
+	}
+	return args
+}
+
+// desiredDeployment returns ps's Deployment. Nothing in it depends on the policies: a policy
+// change reaches the servers by hot reload of the mounted ConfigMap, never by a rollout.
+func (r *PolicyServerReconciler) desiredDeployment(ps *v1.PolicyServer) *appsv1.Deployment {
+	webhook, readiness := serverPorts(ps)
+	selector := map[string]string{LabelAppSelector: PolicyServerAppLabel(ps.Name)}
+	meta := r.objectMeta(ps)
+	labels := maps.Clone(ps.Spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, meta.Labels)
+	maps.Copy(labels, selector)
+	meta.Labels = labels
+
+	ro := true
+	container := corev1.Container{
+		Name:  ContainerName,
+		Image: ps.Spec.Image,
+		Args:  ServerArgs(ps, r.Options),
+		Ports: []corev1.ContainerPort{
+			{Name: ServicePortWebhook, ContainerPort: webhook, Protocol: corev1.ProtocolTCP},
+			{Name: ServicePortReadiness, ContainerPort: readiness, Protocol: corev1.ProtocolTCP},
+		},
+		Env: ps.Spec.Env,
+		VolumeMounts: []corev1.VolumeMount{
+			// No subPath: kubelet updates the mounted ConfigMap and Secret in place, which the
+			// server reloads.
+			{Name: volumeConfig, MountPath: ConfigMountPath, ReadOnly: true},
+			{Name: volumeCert, MountPath: CertMountPath, ReadOnly: true},
+			{Name: volumeCache, MountPath: CacheMountPath},
+		},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/readiness", Port: intstr.FromString(ServicePortReadiness), Scheme: corev1.URISchemeHTTP}},
+			PeriodSeconds: 5, FailureThreshold: 3},
+		LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/livez", Port: intstr.FromString(ServicePortReadiness), Scheme: corev1.URISchemeHTTP}},
+			PeriodSeconds: 10, FailureThreshold: 3},
+		Resources:       corev1.ResourceRequirements{Limits: ps.Spec.Limits, Requests: ps.Spec.Requests},
+		SecurityContext: ps.Spec.SecurityContexts.Container,
+	}
+	if container.SecurityContext == nil {
+		no := false
+		container.SecurityContext = &corev1.SecurityContext{
+			RunAsNonRoot:             &ro,
+			ReadOnlyRootFilesystem:   &ro,
+			AllowPrivilegeEscalation: &no,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+	}
+	volumes := []corev1.Volume{
+		{Name: volumeConfig, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: PolicyServerObjectName(ps.Name)}}}},
+		{Name: volumeCert, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: PolicyServerObjectName(ps.Name)}}},
+		{Name: volumeCache, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	if s := ps.Spec.ImagePullSecret; s != "" {
+		volumes = append(volumes, corev1.Volume{Name: volumeRegistryAuth, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: s, Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}}}}})
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: volumeRegistryAuth, MountPath: RegistryAuthMountPath, ReadOnly: true})
+	}
+	podSC := ps.Spec.SecurityContexts.Pod
+	if podSC == nil {
+		podSC = &corev1.PodSecurityContext{RunAsNonRoot: &ro, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	}
+	sa := ps.Spec.ServiceAccountName
+	if sa == "" {
+		sa = PolicyServerObjectName(ps.Name)
+	}
+	var affinity *corev1.Affinity
+	if !equality.Semantic.DeepEqual(ps.Spec.Affinity, corev1.Affinity{}) {
+		affinity = ps.Spec.Affinity.DeepCopy()
+	}
+	replicas := ps.Spec.Replicas
+	maxUnavailable, maxSurge := intstr.FromInt32(0), intstr.FromString("25%")
+	dep := &appsv1.Deployment{ObjectMeta: meta}
+	dep.Spec = appsv1.DeploymentSpec{
+		Replicas: &replicas,
+		Selector: &metav1.LabelSelector{MatchLabels: selector},
+		Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: &maxUnavailable, MaxSurge: &maxSurge}},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(labels), Annotations: maps.Clone(ps.Spec.Annotations)},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: sa,
+				SecurityContext:    podSC,
+				Containers:         []corev1.Container{container},
+				Volumes:            volumes,
+				Affinity:           affinity,
+				Tolerations:        ps.Spec.Tolerations,
+				PriorityClassName:  ps.Spec.PriorityClassName,
+			},
+		},
+	}
+	return dep
+}
+
+// deploymentDigest is the digest of what the controller sets in a Deployment.
+func deploymentDigest(d *appsv1.Deployment) string {
+	b, err := json.Marshal(struct {
+		Labels map[string]string
+		Spec   appsv1.DeploymentSpec
+	}{d.Labels, d.Spec})
+	if err != nil {
+		panic(err) // a Deployment always marshals
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// deploymentDrifted reports whether someone else changed what matters most of what the
+// controller owns in a stored Deployment.
+func deploymentDrifted(have, want *appsv1.Deployment) bool {
+	if have.Spec.Replicas == nil || *have.Spec.Replicas != *want.Spec.Replicas {
+		return true
+	}
+	hc, wc := have.Spec.Template.Spec.Containers, want.Spec.Template.Spec.Containers
+	if len(hc) != len(wc) {
+		return true
+	}
+	for i := range wc {
+		if hc[i].Name != wc[i].Name || hc[i].Image != wc[i].Image || !slices.Equal(hc[i].Args, wc[i].Args) {
+			return true
+		}
+	}
+	return len(have.Spec.Template.Spec.Volumes) != len(want.Spec.Template.Spec.Volumes)
+}
+
+// reconcileDeployment keeps ps's ServiceAccount (when it uses its own) and Deployment, and
+// returns the Deployment as stored (for its status).
+func (r *PolicyServerReconciler) reconcileDeployment(ctx context.Context, ps *v1.PolicyServer) (*appsv1.Deployment, error) {
+	if ps.Spec.ServiceAccountName == "" {
+		if err := r.reconcileServiceAccount(ctx, ps); err != nil {
+			return nil, err
+		}
+	}
+	want := r.desiredDeployment(ps)
+	digest := deploymentDigest(want)
+	want.Annotations = map[string]string{DeploymentSpecAnnotation: digest}
+	dep, err := createOrUpdate(ctx, r.Client, ps, want, func(have *appsv1.Deployment) (bool, error) {
+		if have.Annotations[DeploymentSpecAnnotation] == digest && !deploymentDrifted(have, want) {
+			return false, nil
+		}
+		if have.Annotations == nil {
+			have.Annotations = map[string]string{}
+		}
+		have.Annotations[DeploymentSpecAnnotation] = digest
+		have.Spec.Replicas = want.Spec.Replicas
+		have.Spec.Strategy = want.Spec.Strategy
+		have.Spec.Template = want.Spec.Template
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("Deployment: %w", err)
+	}
+	return dep, nil
+}

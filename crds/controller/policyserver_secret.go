@@ -1,0 +1,46 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+)
+
+// Keys of the certificate Secret (those of kubernetes.io/tls, in an Opaque Secret as
+// Kubewarden's).
+const (
+	TLSCertKey = corev1.TLSCertKey
+	TLSKeyKey  = corev1.TLSPrivateKeyKey
+)
+
+// reconcileSecret keeps ps's certificate and key (from the CertManager) in its Secret, mounted
+// at CertMountPath; the server reloads them when they change. It returns when the certificate
+// needs another look.
+func (r *PolicyServerReconciler) reconcileSecret(ctx context.Context, ps *v1.PolicyServer) (time.Duration, error) {
+	sec := &corev1.Secret{ObjectMeta: r.objectMeta(ps), Type: corev1.SecretTypeOpaque}
+	var recheck time.Duration
+	_, err := createOrUpdate(ctx, r.Client, ps, sec, func(have *corev1.Secret) (bool, error) {
+		crt, key, issued, after, err := r.Certs.ServerCert(ctx, ps.Name, have.Data[TLSCertKey], have.Data[TLSKeyKey])
+		if err != nil {
+			return false, fmt.Errorf("certificate: %w", err)
+		}
+		recheck = after
+		if !issued {
+			return false, nil
+		}
+		if have.Data == nil {
+			have.Data = map[string][]byte{}
+		}
+		have.Data[TLSCertKey], have.Data[TLSKeyKey] = crt, key
+		r.Recorder.Eventf(ps, corev1.EventTypeNormal, EventReasonCertificateIssued, "certificate for %s issued", ServiceHost(ps.Name, r.Options.Namespace))
+		return true, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("Secret: %w", err)
+	}
+	return recheck, nil
+}

@@ -1,0 +1,85 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+)
+
+// serviceWebhookPortNumber is the Service port of the webhook, the port every webhook
+// configuration calls.
+const serviceWebhookPortNumber = 443
+
+// desiredService returns ps's Service: port ServicePortWebhook (443) to the webhook port, and
+// ServicePortReadiness to the probe port (where the controller asks GET /policies).
+func (r *PolicyServerReconciler) desiredService(ps *v1.PolicyServer) *corev1.Service {
+	webhook, readiness := serverPorts(ps)
+	svc := &corev1.Service{ObjectMeta: r.objectMeta(ps)}
+	svc.Spec = corev1.ServiceSpec{
+		Type:     corev1.ServiceTypeClusterIP,
+		Selector: map[string]string{LabelAppSelector: PolicyServerAppLabel(ps.Name)},
+		Ports: []corev1.ServicePort{
+			{Name: ServicePortWebhook, Port: serviceWebhookPortNumber, TargetPort: intstr.FromInt32(webhook), Protocol: corev1.ProtocolTCP},
+			{Name: ServicePortReadiness, Port: readiness, TargetPort: intstr.FromInt32(readiness), Protocol: corev1.ProtocolTCP},
+		},
+	}
+	return svc
+}
+
+// reconcileService keeps the Service's type, selector and ports; the fields the apiserver
+// allocates (cluster IPs) are left alone.
+func (r *PolicyServerReconciler) reconcileService(ctx context.Context, ps *v1.PolicyServer) error {
+	want := r.desiredService(ps)
+	_, err := createOrUpdate(ctx, r.Client, ps, want, func(have *corev1.Service) (bool, error) {
+		changed := false
+		if have.Spec.Type != want.Spec.Type {
+			have.Spec.Type = want.Spec.Type
+			changed = true
+		}
+		if !maps.Equal(have.Spec.Selector, want.Spec.Selector) {
+			have.Spec.Selector = want.Spec.Selector
+			changed = true
+		}
+		if !servicePortsEqual(have.Spec.Ports, want.Spec.Ports) {
+			have.Spec.Ports = want.Spec.Ports
+			changed = true
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("Service: %w", err)
+	}
+	return nil
+}
+
+// servicePortsEqual compares the fields of the ports the controller sets.
+func servicePortsEqual(have, want []corev1.ServicePort) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	for i := range want {
+		h, w := have[i], want[i]
+		if h.Name != w.Name || h.Port != w.Port || h.Protocol != w.Protocol || !equality.Semantic.DeepEqual(h.TargetPort, w.TargetPort) {
+			return false
+		}
+	}
+	return true
+}
+
+// serverPorts returns the webhook and probe ports of ps (the CRD's defaults when unset).
+func serverPorts(ps *v1.PolicyServer) (webhook, readiness int32) {
+	webhook, readiness = v1.PolicyServerDefaultWebhookPort, v1.PolicyServerDefaultReadinessPort
+	if p := ps.Spec.WebhookPort; p != nil {
+		webhook = *p
+	}
+	if p := ps.Spec.ReadinessProbePort; p != nil {
+		readiness = *p
+	}
+	return webhook, readiness
+}
