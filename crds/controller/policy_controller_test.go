@@ -23,10 +23,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
@@ -814,5 +818,55 @@ func TestConfigHoldsBuiltEntries(t *testing.T) {
 	id, entry, _ := BuildPolicyEntry(c2, ps, o)
 	if b, _ := json.Marshal(entry); cfg.holds(id, b) {
 		t.Error("a changed setting is found in the old configuration")
+	}
+}
+
+// The four reconcilers register with a manager (no apiserver is contacted before Start).
+func TestSetupPolicyReconcilers(t *testing.T) {
+	mgr, err := ctrl.NewManager(&rest.Config{Host: "http://127.0.0.1:1"}, ctrl.Options{
+		Scheme:  Scheme(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		// Controller names are unique per process: other tests may register these too.
+		Controller: crconfig.Controller{SkipNameValidation: ptr(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := Options{Namespace: testNS}.withDefaults()
+	if err := setupPolicyReconcilersWith(mgr, o, &fakeCA{}, testBuild); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFourKindsActive(t *testing.T) {
+	rules := []v1.RuleWithOperations{{Operations: []v1.OperationType{"CREATE"}, APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}
+	ap := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "a", Generation: 1}}
+	ap.Spec.PolicyServer, ap.Spec.Rules, ap.Spec.Mutating = "default", rules, true
+	capg := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "g", Generation: 1}}
+	capg.Spec.PolicyServer, capg.Spec.Rules = "default", rules
+	apg := &v1.AdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "g", Generation: 1}}
+	apg.Spec.PolicyServer, apg.Spec.Rules = "default", rules
+	for _, p := range []v1.Policy{cap1("c"), ap, capg, apg} {
+		t.Run(p.PolicyKind(), func(t *testing.T) {
+			e, _ := activate(t, p)
+			id := PolicyID(p.PolicyKind(), p.GetNamespace(), p.GetName())
+			var obj client.Object = &admv1.ValidatingWebhookConfiguration{}
+			if p.IsMutating() {
+				obj = &admv1.MutatingWebhookConfiguration{}
+			}
+			if err := e.c.Get(e.ctx, client.ObjectKey{Name: id}, obj); err != nil {
+				t.Fatal(err)
+			}
+			if reqs := e.rs[p.PolicyKind()].mapWebhook(e.ctx, obj); len(reqs) != 1 || reqs[0].Namespace != p.GetNamespace() || reqs[0].Name != p.GetName() {
+				t.Errorf("webhook maps to %v", reqs)
+			}
+			if err := e.c.Delete(e.ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			e.reconcile(p)
+			if err := e.c.Get(e.ctx, client.ObjectKey{Name: id}, obj); !apierrors.IsNotFound(err) {
+				t.Fatalf("webhook after delete: %v", err)
+			}
+		})
 	}
 }
