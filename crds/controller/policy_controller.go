@@ -467,7 +467,7 @@ func (r *policyReconciler) setStage(p v1.Policy, stage v1.PolicyStatusEnum, reas
 
 func (r *policyReconciler) setCondition(p v1.Policy, typ string, s metav1.ConditionStatus, reason, msg string) {
 	if len(msg) > maxConditionMessage {
-		msg = msg[:maxConditionMessage-3] + "..."
+		msg = strings.ToValidUTF8(msg[:maxConditionMessage-3], "") + "..."
 	}
 	meta.SetStatusCondition(&p.PolicyStatus().Conditions, metav1.Condition{
 		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: p.GetGeneration(),
@@ -493,8 +493,11 @@ func (r *policyReconciler) setVersionConditions(p v1.Policy, v verdict) {
 		r.setCondition(p, v1.ConditionConfigurationUpToDate, metav1.ConditionTrue, ReasonConfigurationVersionMatch,
 			fmt.Sprintf("every ready replica (%d) serves %s", v.asked, v.digest))
 	default:
-		r.setCondition(p, v1.ConditionConfigurationUpToDate, metav1.ConditionFalse, ReasonConfigurationVersionMismatch,
-			fmt.Sprintf("%d of %d ready replicas serve %s", v.current, v.asked, v.digest))
+		msg := fmt.Sprintf("%d of %d ready replicas serve %s", v.current, v.asked, v.digest)
+		if v.refused != "" {
+			msg += "; " + v.refused
+		}
+		r.setCondition(p, v1.ConditionConfigurationUpToDate, metav1.ConditionFalse, ReasonConfigurationVersionMismatch, msg)
 	}
 	if v.other == 0 {
 		r.setCondition(p, v1.ConditionPolicyUniquelyReachable, metav1.ConditionTrue, ReasonUniquelyReachable,
@@ -533,6 +536,8 @@ type verdict struct {
 	stale   bool
 	// waiting says what is still awaited when not served.
 	waiting string
+	// refused: a replica read the configuration and refused it as a whole (the reason).
+	refused string
 	// mode the policy is served in, "" when no replica serves it.
 	mode string
 }
@@ -576,19 +581,24 @@ func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
 		case err == nil:
 			servedBy++
 		case errors.Is(err, status.ErrOtherConfig):
-			if !ps.LastReload.OK && ps.LastReload.Digest == digest {
-				// The server read the configuration and refused it as a whole.
-				loadErrs = append(loadErrs, fmt.Sprintf("the policy server refused policies.yml %s: %s", digest, ps.LastReload.Error))
+			refused := !ps.LastReload.OK && ps.LastReload.Digest == digest
+			if refused {
+				v.refused = fmt.Sprintf("the policy server refused policies.yml %s: %s", digest, ps.LastReload.Error)
+			}
+			switch {
+			case wasActive && pol != nil && pol.Current():
+				// The policy's entry is the one this replica serves.
+				servedBy++
+			case refused:
+				// The server read the configuration and refused it as a whole: the policy
+				// cannot load until the file is fixed.
+				loadErrs = append(loadErrs, v.refused)
 				if pol != nil && pol.Current() {
 					v.stale = true
 				}
-				continue
+			default:
+				waiting = append(waiting, fmt.Sprintf("%s serves %s", e.Addr, orNone(ps.ConfigDigest)))
 			}
-			if wasActive && pol != nil && pol.Current() {
-				servedBy++
-				continue
-			}
-			waiting = append(waiting, fmt.Sprintf("%s serves %s", e.Addr, orNone(ps.ConfigDigest)))
 		case errors.Is(err, status.ErrNotLoaded) && pol != nil:
 			loadErrs = append(loadErrs, pol.Error)
 			if pol.Stale {

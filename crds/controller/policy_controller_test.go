@@ -870,3 +870,32 @@ func TestFourKindsActive(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigurationRefused(t *testing.T) {
+	p := cap1("steady")
+	id := PolicyID(p.PolicyKind(), "", p.Name)
+	e, s := activate(t, p)
+	oldDigest := s.body.ConfigDigest
+	other := cap1("newcomer")
+	if err := e.c.Create(e.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	digest := e.writeConfig("default", p, other)
+	// The replica read the new file and refused it as a whole: it keeps the old one.
+	s.serve(oldDigest, ready(id))
+	s.mu.Lock()
+	s.body.LastReload = status.Reload{OK: false, Error: "policies.yml: line 3: bad", Trigger: "file", Digest: digest}
+	s.mu.Unlock()
+
+	e.reconcile(p)
+	wantStage(t, p, v1.PolicyStatusActive, ReasonPolicyActive)
+	c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionConfigurationUpToDate)
+	if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "line 3: bad") {
+		t.Errorf("up to date: %+v", c)
+	}
+	e.reconcile(other)
+	wantStage(t, other, v1.PolicyStatusPending, ReasonPolicyLoadFailed)
+	if c := meta.FindStatusCondition(other.Status.Conditions, v1.ConditionPolicyActive); !strings.Contains(c.Message, "line 3: bad") {
+		t.Errorf("message %q", c.Message)
+	}
+}
