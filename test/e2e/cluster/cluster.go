@@ -64,6 +64,7 @@ type Cluster struct {
 	StartDuration time.Duration
 
 	removeDir bool
+	logf      func(string, ...any)
 	etcd      *process
 	apiserver *process
 	stopOnce  sync.Once
@@ -90,7 +91,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: opts.Dir, Binaries: bins}
+	c := &Cluster{Dir: opts.Dir, Binaries: bins, logf: logf}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "tollgate-e2e-cluster-"); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
@@ -104,74 +105,19 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}()
 
 	begin := time.Now()
-	clientPort, peerPort, securePort, err := freePorts3()
+	etcdURL, err := c.startEtcd(ctx, opts, logf)
 	if err != nil {
-		return nil, err
-	}
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-	c.etcd, err = startProcess(c.Dir, "etcd", bins.Etcd,
-		"--name=e2e",
-		"--data-dir="+filepath.Join(c.Dir, "etcd-data"),
-		"--listen-client-urls="+etcdURL,
-		"--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL,
-		"--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=e2e="+peerURL,
-		"--unsafe-no-fsync=true",
-		"--log-level=warn",
-	)
-	if err != nil {
-		return nil, err
-	}
-	etcdHC := &http.Client{Timeout: 2 * time.Second}
-	if err := waitFor(ctx, opts.StartTimeout, c.etcd, func() error {
-		return getOK(etcdHC, etcdURL+"/health", nil, `"health":"true"`)
-	}); err != nil {
 		return nil, err
 	}
 	logf("cluster: etcd ready at %s after %v", etcdURL, time.Since(begin).Round(time.Millisecond))
-
 	if err := c.writeAPIServerFiles(); err != nil {
-		return nil, err
-	}
-	c.Server = "https://127.0.0.1:" + strconv.Itoa(securePort)
-	flags := mergeFlags([]string{
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(securePort),
-		"--cert-dir=" + filepath.Join(c.Dir, "apiserver-certs"),
-		"--tls-cert-file=" + filepath.Join(c.Dir, "apiserver.crt"),
-		"--tls-private-key-file=" + filepath.Join(c.Dir, "apiserver.key"),
-		"--token-auth-file=" + filepath.Join(c.Dir, "tokens.csv"),
-		"--authorization-mode=RBAC",
-		"--service-cluster-ip-range=" + opts.ServiceClusterIPRange,
-		// Webhooks dial the Service's EndpointSlice (which PublishEndpoints writes), not its ClusterIP.
-		"--enable-aggregator-routing=true",
-		// No controller-manager creates service accounts' tokens.
-		"--disable-admission-plugins=ServiceAccount",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + filepath.Join(c.Dir, "sa.pub"),
-		"--service-account-signing-key-file=" + filepath.Join(c.Dir, "sa.key"),
-		"--allow-privileged=true",
-		"--profiling=false",
-	}, opts.APIServerFlags)
-	c.apiserver, err = startProcess(c.Dir, "kube-apiserver", bins.KubeAPIServer, flags...)
-	if err != nil {
 		return nil, err
 	}
 	token, err := os.ReadFile(filepath.Join(c.Dir, "admin.token"))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(c.CA.CertPEM)
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	auth := http.Header{"Authorization": {"Bearer " + string(token)}}
-	if err := waitFor(ctx, opts.StartTimeout, c.apiserver, func() error {
-		return getOK(hc, c.Server+"/readyz", auth, "ok")
-	}); err != nil {
+	if err := c.startAPIServer(ctx, opts, etcdURL, string(token), logf); err != nil {
 		return nil, err
 	}
 	c.StartDuration = time.Since(begin)
@@ -194,6 +140,103 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	return c, nil
+}
+
+// portAttempts is how often a process is started on new free ports when another process took a
+// port between freePort's check and the bind (tests in other packages run at the same time).
+const portAttempts = 3
+
+// startEtcd runs etcd on free loopback ports and returns its client URL once /health is ok.
+func (c *Cluster) startEtcd(ctx context.Context, opts Options, logf func(string, ...any)) (string, error) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			return "", err
+		}
+		clientURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+		peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
+		dataDir := filepath.Join(c.Dir, "etcd-data")
+		if err := os.RemoveAll(dataDir); err != nil {
+			return "", fmt.Errorf("cluster: %w", err)
+		}
+		c.etcd, err = startProcess(c.Dir, "etcd", c.Binaries.Etcd,
+			"--name=e2e",
+			"--data-dir="+dataDir,
+			"--listen-client-urls="+clientURL,
+			"--advertise-client-urls="+clientURL,
+			"--listen-peer-urls="+peerURL,
+			"--initial-advertise-peer-urls="+peerURL,
+			"--initial-cluster=e2e="+peerURL,
+			"--unsafe-no-fsync=true",
+			"--log-level=warn",
+		)
+		if err != nil {
+			return "", err
+		}
+		err = waitFor(ctx, opts.StartTimeout, c.etcd, func() error {
+			return getOK(hc, clientURL+"/health", nil, `"health":"true"`)
+		})
+		if err == nil {
+			return clientURL, nil
+		}
+		if attempt == portAttempts || !c.etcd.portTaken() {
+			return "", err
+		}
+		logf("cluster: etcd: a port was taken, retrying on others")
+		_ = c.etcd.stop(5 * time.Second)
+	}
+}
+
+// startAPIServer runs kube-apiserver on a free loopback port and sets c.Server once /readyz is ok.
+func (c *Cluster) startAPIServer(ctx context.Context, opts Options, etcdURL, token string, logf func(string, ...any)) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.CA.CertPEM)
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	auth := http.Header{"Authorization": {"Bearer " + token}}
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(1)
+		if err != nil {
+			return err
+		}
+		c.Server = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+		flags := mergeFlags([]string{
+			"--etcd-servers=" + etcdURL,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port=" + strconv.Itoa(ports[0]),
+			"--cert-dir=" + filepath.Join(c.Dir, "apiserver-certs"),
+			"--tls-cert-file=" + filepath.Join(c.Dir, "apiserver.crt"),
+			"--tls-private-key-file=" + filepath.Join(c.Dir, "apiserver.key"),
+			"--token-auth-file=" + filepath.Join(c.Dir, "tokens.csv"),
+			"--authorization-mode=RBAC",
+			"--service-cluster-ip-range=" + opts.ServiceClusterIPRange,
+			// Webhooks dial the Service's EndpointSlice (which PublishEndpoints writes), not its ClusterIP.
+			"--enable-aggregator-routing=true",
+			// No controller-manager creates service accounts' tokens.
+			"--disable-admission-plugins=ServiceAccount",
+			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+			"--service-account-key-file=" + filepath.Join(c.Dir, "sa.pub"),
+			"--service-account-signing-key-file=" + filepath.Join(c.Dir, "sa.key"),
+			"--allow-privileged=true",
+			"--profiling=false",
+		}, opts.APIServerFlags)
+		c.apiserver, err = startProcess(c.Dir, "kube-apiserver", c.Binaries.KubeAPIServer, flags...)
+		if err != nil {
+			return err
+		}
+		err = waitFor(ctx, opts.StartTimeout, c.apiserver, func() error {
+			return getOK(hc, c.Server+"/readyz", auth, "ok")
+		})
+		if err == nil {
+			return nil
+		}
+		if attempt == portAttempts || !c.apiserver.portTaken() {
+			return err
+		}
+		logf("cluster: kube-apiserver: its port was taken, retrying on another")
+		_ = c.apiserver.stop(5 * time.Second)
+	}
 }
 
 // writeAPIServerFiles writes the CA-signed serving certificate, the static token file (the admin
@@ -275,7 +318,9 @@ func (c *Cluster) Stop() error {
 		var errs []error
 		for _, p := range []*process{c.apiserver, c.etcd} {
 			if p != nil {
+				begin := time.Now()
 				errs = append(errs, p.stop(15*time.Second))
+				c.logf("cluster: %s stopped in %v", p.name, time.Since(begin).Round(time.Millisecond))
 			}
 		}
 		if c.removeDir {
@@ -341,24 +386,18 @@ func mergeFlags(base, extra []string) []string {
 	return append(out, extra...)
 }
 
-// freePorts3 returns three distinct free loopback ports (held open together so they differ).
-func freePorts3() (a, b, c int, err error) {
-	var ports [3]int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for i := range ports {
+// freePorts returns n distinct free loopback ports (held open together so they differ).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return 0, 0, 0, fmt.Errorf("cluster: free port: %w", err)
+			return nil, fmt.Errorf("cluster: free port: %w", err)
 		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	return ports[0], ports[1], ports[2], nil
+	return ports, nil
 }
 
 // waitFor polls probe every 100 ms until it succeeds, p exits, ctx ends or timeout passes.
@@ -407,6 +446,7 @@ func getOK(hc *http.Client, url string, h http.Header, want string) error {
 // process is a child process whose stdout and stderr go to Dir/<name>.log.
 type process struct {
 	name, logPath string
+	logStart      int64 // the log's size before this run: earlier runs' lines are not this one's
 	cmd           *exec.Cmd
 	done          chan struct{}
 	waitErr       error
@@ -417,6 +457,9 @@ func startProcess(dir, name, bin string, args ...string) (*process, error) {
 	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if st, err := logf.Stat(); err == nil {
+		p.logStart = st.Size()
 	}
 	fmt.Fprintf(logf, "+ %s %s\n", bin, strings.Join(args, " "))
 	p.cmd = exec.Command(bin, args...)
@@ -450,6 +493,17 @@ func (p *process) stop(grace time.Duration) error {
 	_ = p.cmd.Process.Kill()
 	<-p.done
 	return fmt.Errorf("cluster: %s did not stop within %v of SIGTERM; killed", p.name, grace)
+}
+
+// portTaken reports whether the process exited because a port it was to listen on was in use.
+func (p *process) portTaken() bool {
+	select {
+	case <-p.done:
+	default:
+		return false
+	}
+	data, err := os.ReadFile(p.logPath)
+	return err == nil && int64(len(data)) >= p.logStart && bytes.Contains(data[p.logStart:], []byte("address already in use"))
 }
 
 func (p *process) tail(n int) string {
