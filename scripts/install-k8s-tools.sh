@@ -14,7 +14,7 @@
 # network, well under a second).
 # Every tool is built in a temporary directory and renamed into place, so an interrupted run never
 # leaves a half-built tool behind. Builds run one after another (kube-apiserver alone takes several
-# GB of memory and about 7 minutes on 2 cores).
+# GB of memory and about 10 minutes on 2 cores; all tools cold about 14 minutes).
 #
 # `go install module@version` is not used: the proxy refuses some modules' version lists (403),
 # which go install reads. Each tool is built through a small wrapper module that requires it.
@@ -174,7 +174,7 @@ build_one() {
 		install_bin controller-gen "$TMP/out/controller-gen"
 		;;
 	helm)
-		log "building helm v$HELM_VERSION (about a minute)"
+		log "building helm v$HELM_VERSION (about two minutes)"
 		# As helm's Makefile: its version, and the Kubernetes version of the client-go it uses as
 		# the default .Capabilities.KubeVersion (without it `helm template` assumes v1.20).
 		local gomod cg
