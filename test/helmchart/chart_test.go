@@ -173,7 +173,7 @@ func TestAllValues(t *testing.T) {
 	}
 	c := checkDeployment(t, &d, ctrl, wantArgs, 9090, 9091)
 	p := d.Spec.Template.Spec
-	if c.Image != "registry.example.com/sec/tollgate:v9.9.9" || c.ImagePullPolicy != corev1.PullAlways || *d.Spec.Replicas != 2 ||
+	if c.Image != "registry.example.com/sec/tollgate:v9.9.9" || c.ImagePullPolicy != corev1.PullAlways || *d.Spec.Replicas != 1 ||
 		p.ServiceAccountName != "existing-sa" || p.PriorityClassName != "system-cluster-critical" ||
 		p.NodeSelector["kubernetes.io/os"] != "linux" || len(p.Tolerations) != 1 || p.Affinity == nil || p.Affinity.NodeAffinity == nil ||
 		len(p.ImagePullSecrets) != 1 || p.ImagePullSecrets[0].Name != "pull-secret" ||
@@ -254,6 +254,13 @@ func TestPolicyServerVariants(t *testing.T) {
 				t.Errorf("an empty list (no capability) must be rendered as []: %s", m["PolicyServer/default"].json)
 			}
 		}},
+		{"controller replicas", []string{"replicas=3"}, func(t *testing.T, m map[string]object) {
+			var d appsv1.Deployment
+			get(t, m, "Deployment/tollgate-controller", &d)
+			if *d.Spec.Replicas != 3 || !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--leader-elect=true") {
+				t.Errorf("replicas %d args %q", *d.Spec.Replicas, d.Spec.Template.Spec.Containers[0].Args)
+			}
+		}},
 		{"release name without tollgate", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -308,6 +315,7 @@ func TestSchemaRefuses(t *testing.T) {
 		{"resources.controler.limits.cpu=1", "additional properties 'controler' not allowed"},
 		{"policyServer.minAvailable=1,policyServer.maxUnavailable=1", "set minAvailable or maxUnavailable, not both"},
 		{"serviceAccount.create=false", "serviceAccount.name is required when serviceAccount.create is false"},
+		{"replicas=2,leaderElection=false", "replicas > 1 needs leaderElection: true"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			_, err := render(t, "--set", tc.set)
