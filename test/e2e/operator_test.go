@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -61,6 +62,7 @@ type operator struct {
 	ctrlDone               chan struct{}
 	ctrlLog                string
 	requiredWasm, capsWasm string
+	volumeDelay            time.Duration
 }
 
 // TestOperator runs the issue's scenarios against `tollgate controller` and `tollgate serve`
@@ -200,7 +202,7 @@ spec:
 		}
 		// The same policy in protect mode refuses (so the pass above meant something).
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels", `{"mode": "protect"}`)
-		eventually(t, 30*time.Second, func() error {
+		eventually(t, 30*time.Second+op.volumeDelay, func() error {
 			if err := createConfigMap(ctx, op.cs, "e2e-c", nil); err == nil || !isDenial(err) {
 				return fmt.Errorf("protect mode: want a denial, got %v", err)
 			}
@@ -246,7 +248,7 @@ spec:
 			}
 		}
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicyGroup", "", "owner-or-team", `{"expression": "owner() && team()"}`)
-		eventually(t, 30*time.Second, func() error {
+		eventually(t, 30*time.Second+op.volumeDelay, func() error {
 			if err := createConfigMap(ctx, op.cs, "e2e-d", map[string]string{"team": "t"}); err == nil || !isDenial(err) {
 				return fmt.Errorf("team only under owner() && team(): want a denial, got %v", err)
 			}
@@ -275,7 +277,7 @@ spec:
 			key := "k" + strconv.Itoa(i)
 			t0 := time.Now()
 			op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["`+key+`"]}}`)
-			_, err := l.probe(ctx, key, 30*time.Second)
+			_, err := l.probe(ctx, key, 30*time.Second+op.volumeDelay)
 			if err != nil {
 				l.stop()
 				t.Fatalf("edit %d: %v (after %v)", i, err, time.Since(t0))
@@ -287,8 +289,8 @@ spec:
 		l.stop()
 		failed.Add(l.failed.Load())
 		p50, pmax := percentile(latencies, 50), percentile(latencies, 100)
-		line := fmt.Sprintf("e2e: apply-to-enforce p50=%v max=%v edits=%d failed_requests=%d requests=%d",
-			p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load())
+		line := fmt.Sprintf("e2e: apply-to-enforce p50=%v max=%v edits=%d failed_requests=%d requests=%d volume_delay=%s",
+			p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load(), cmp.Or(os.Getenv("E2E_VOLUME_DELAY"), "0"))
 		t.Log(line)
 		fmt.Println(line)
 		if n := l.failed.Load(); n != 0 {
@@ -313,7 +315,7 @@ spec:
 			module: op.requiredWasm, settings: `{"required_labels": ["x"]}`, resources: "configmaps", namespace: "e2e-broken",
 		}))
 		for name, want := range map[string]string{"broken-module": "/nonexistent/e2e/policy.wasm", "bad-settings": `unknown settings field "required_labels"`} {
-			eventually(t, 60*time.Second, func() error {
+			eventually(t, 60*time.Second+op.volumeDelay, func() error {
 				obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", name)
 				st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus")
 				msgs := conditionMessages(obj)
@@ -339,7 +341,7 @@ spec:
 			t.Errorf("required-labels no longer refuses: %v", err)
 		}
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["after-broken"]}}`)
-		eventually(t, 30*time.Second, func() error {
+		eventually(t, 30*time.Second+op.volumeDelay, func() error {
 			err := createConfigMap(ctx, op.cs, "e2e-load", map[string]string{"k20": "v"})
 			if err == nil || !strings.Contains(err.Error(), `"after-broken"`) {
 				return fmt.Errorf("an edit of another policy beside a broken one: want a denial naming after-broken, got %v", err)
@@ -568,8 +570,16 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 		return nil
 	})
 
+	// E2E_VOLUME_DELAY (a Go duration) delays ConfigMap and Secret volume updates as a real
+	// kubelet does (its sync period plus its cache TTL: up to about a minute); default none.
+	if v := os.Getenv("E2E_VOLUME_DELAY"); v != "" {
+		if op.volumeDelay, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("E2E_VOLUME_DELAY: %v", err)
+		}
+	}
 	op.k, err = kubelet.Start(ctx, kubelet.Options{
 		Client: c.Client, Namespace: controllerNS, Binary: env.bin, Dir: filepath.Join(env.dir, "pods"), Logf: t.Logf,
+		VolumeUpdateDelay: op.volumeDelay,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -655,7 +665,7 @@ func (op *operator) patchSpec(t *testing.T, ctx context.Context, kind, ns, name,
 // waitStatus waits for status.policyStatus == want, and says what the status was otherwise.
 func (op *operator) waitStatus(t *testing.T, ctx context.Context, kind, ns, name, want string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, func() error {
+	eventually(t, timeout+op.volumeDelay, func() error {
 		obj := op.get(t, ctx, kind, ns, name)
 		st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus")
 		if st != want {
