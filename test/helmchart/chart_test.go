@@ -298,7 +298,7 @@ func TestSchemaRefuses(t *testing.T) {
 		set     string
 		wantErr string
 	}{
-		{"logLevel=verbose", "at '/logLevel': value must be one of 'debug', 'info', 'warn', 'error'"},
+		{"logLevel=verbose", "at '/logLevel': value must be one of 'trace', 'debug', 'info', 'warn', 'error'"},
 		{"logFormat=xml", "at '/logFormat'"},
 		{"imagee.tag=v1", "additional properties 'imagee' not allowed"},
 		{"image.pullPolicy=Sometimes", "at '/image/pullPolicy'"},
@@ -326,6 +326,44 @@ func TestSchemaRefuses(t *testing.T) {
 				t.Errorf("--set %s: %v\nwant an error containing %q", tc.set, err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestControllerFlagsExist checks that every flag the chart passes to `tollgate controller` is
+// one that cmd/tollgate/controller.go defines (read as source: the binary is not built here).
+func TestControllerFlagsExist(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(root, "cmd", "tollgate", "controller.go"))
+	if err != nil {
+		t.Fatalf("tollgate controller's flags: %v", err)
+	}
+	defined := map[string]bool{}
+	for _, m := range regexp.MustCompile(`fs\.\w+Var\(&[^,]+, "([a-z0-9-]+)"`).FindAllStringSubmatch(string(src), -1) {
+		defined[m[1]] = true
+	}
+	if len(defined) < 5 {
+		t.Fatalf("found only %v in cmd/tollgate/controller.go: has the way flags are defined changed?", defined)
+	}
+	for _, values := range [][]string{nil, {"--values", allValues}} {
+		out, err := render(t, values...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d appsv1.Deployment
+		for _, o := range decode(t, out) {
+			if o.Kind == "Deployment" {
+				into(t, o, &d)
+			}
+		}
+		args := d.Spec.Template.Spec.Containers[0].Args
+		if len(args) == 0 || args[0] != "controller" {
+			t.Fatalf("args %q: want the controller command first", args)
+		}
+		for _, a := range args[1:] {
+			name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !strings.HasPrefix(a, "--") || !defined[name] {
+				t.Errorf("the chart passes %s, which tollgate controller does not define (it has %v)", a, defined)
+			}
+		}
 	}
 }
 
