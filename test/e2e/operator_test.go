@@ -362,7 +362,9 @@ spec:
 		}
 		before := parseCert(t, sec.Data["tls.crt"])
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["k0"]}}`)
-		time.Sleep(2 * time.Second)
+		eventually(t, 30*time.Second+op.volumeDelay, func() error { // the load's compliant objects pass again
+			return createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
+		})
 		l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 3*time.Minute)
 		var after *x509.Certificate
 		eventually(t, 2*time.Minute, func() error {
@@ -750,10 +752,7 @@ type load struct {
 func startLoad(ctx context.Context, cs kubernetes.Interface, ns string, workers int, maxRequests int64, maxDuration time.Duration) *load {
 	ctx, cancel := context.WithTimeout(ctx, maxDuration)
 	l := &load{cs: cs, ns: ns, cancel: cancel}
-	all := map[string]string{}
-	for i := 0; i <= edits; i++ {
-		all["k"+strconv.Itoa(i)] = "v"
-	}
+	all := loadLabels("")
 	for w := 0; w < workers; w++ {
 		l.wg.Add(1)
 		go func(w int) {
@@ -784,6 +783,17 @@ func startLoad(ctx context.Context, cs kubernetes.Interface, ns string, workers 
 	return l
 }
 
+// loadLabels returns the labels k0..k<edits> but except.
+func loadLabels(except string) map[string]string {
+	labels := map[string]string{}
+	for i := 0; i <= edits; i++ {
+		if k := "k" + strconv.Itoa(i); k != except {
+			labels[k] = "v"
+		}
+	}
+	return labels
+}
+
 func (l *load) fail(msg string) {
 	l.failed.Add(1)
 	l.mu.Lock()
@@ -808,12 +818,7 @@ func (l *load) stop() {
 // (the edit is in force), counting failed requests as the load does.
 func (l *load) probe(ctx context.Context, key string, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
-	labels := map[string]string{}
-	for i := 0; i <= edits; i++ {
-		if k := "k" + strconv.Itoa(i); k != key {
-			labels[k] = "v"
-		}
-	}
+	labels := loadLabels(key)
 	want := `mandatory label "` + key + `" is missing`
 	for time.Since(start) < timeout {
 		err := createConfigMap(ctx, l.cs, l.ns, labels)
