@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -82,6 +83,9 @@ const (
 // (the server retries failed policies on its own, after 30 s at first), a server without
 // ready endpoints, an active policy whose replicas catch up with another policy's change.
 const slowPollFactor = 10
+
+// conflictRetry is how soon a reconcile whose write conflicted runs again.
+const conflictRetry = 100 * time.Millisecond
 
 // maxConditionMessage bounds condition messages (the apiserver's limit is 32768).
 const maxConditionMessage = 4096
@@ -262,13 +266,20 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if !controllerutil.ContainsFinalizer(p, v1.PolicyFinalizer) {
 		controllerutil.AddFinalizer(p, v1.PolicyFinalizer)
 		if err := r.Update(ctx, p); err != nil {
+			if apierrors.IsConflict(err) {
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			}
 			return reconcile.Result{}, err
 		}
 	}
 	before := p.PolicyStatus().DeepCopy()
 	res, err := r.reconcileStage(ctx, p, id, before)
-	if werr := r.writeStatus(ctx, p, before); werr != nil {
-		return reconcile.Result{}, errors.Join(err, werr)
+	if err == nil {
+		err = r.writeStatus(ctx, p, before)
+	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		// A write raced with another (or the cache lags behind one): read again, quietly.
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return res, err
 }

@@ -725,6 +725,11 @@ func TestWebhookRejected(t *testing.T) {
 	if evs := e.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning WebhookRejected") {
 		t.Errorf("events %q", evs)
 	}
+	// The cache lagged behind a create: retried soon, quietly.
+	e.failWebhook.Store(apierrors.NewAlreadyExists(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingwebhookconfigurations"}, id))
+	if res := e.reconcile(p); res.RequeueAfter != conflictRetry {
+		t.Errorf("requeue after %s", res.RequeueAfter)
+	}
 	e.failWebhook.Store(nil)
 	e.reconcile(p)
 	wantStage(t, p, v1.PolicyStatusActive, ReasonPolicyActive)
