@@ -229,8 +229,8 @@ func applyWebhook(ctx context.Context, c client.Client, desired client.Object) (
 			changed = true
 		}
 	}
-	labels, lc := mergeStrings(existing.GetLabels(), desired.GetLabels())
-	annotations, ac := mergeStrings(existing.GetAnnotations(), desired.GetAnnotations())
+	labels, lc := mergeLabels(existing.GetLabels(), desired.GetLabels())
+	annotations, ac := mergeLabels(existing.GetAnnotations(), desired.GetAnnotations())
 	if !changed && !lc && !ac {
 		return false, nil
 	}
@@ -240,23 +240,6 @@ func applyWebhook(ctx context.Context, c client.Client, desired client.Object) (
 		return false, err
 	}
 	return true, nil
-}
-
-// mergeStrings returns have with every key of want set to want's value, and whether that
-// changed anything.
-func mergeStrings(have, want map[string]string) (map[string]string, bool) {
-	changed := false
-	for k, v := range want {
-		if cur, ok := have[k]; ok && cur == v {
-			continue
-		}
-		if have == nil {
-			have = map[string]string{}
-		}
-		have[k] = v
-		changed = true
-	}
-	return have, changed
 }
 
 // getWebhook returns the policy's existing webhook configuration of either kind (the one of
