@@ -357,7 +357,8 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if cfg != nil && !cfg.holds(id, entryJSON) {
+	held := cfg != nil && cfg.holds(id, entryJSON)
+	if cfg != nil && !held {
 		if other, ok := cfg.owner(id); ok && other != (types.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()}) {
 			// BuildConfig keeps the first policy of an id that two policies share.
 			msg := fmt.Sprintf("the id %s is already used by another policy (%s) on PolicyServer %q", id, other, psName)
@@ -367,7 +368,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 			return reconcile.Result{}, nil
 		}
 	}
-	if cfg == nil || !cfg.holds(id, entryJSON) {
+	if !held {
 		what := "does not hold the policy yet"
 		if cfg != nil && cfg.entries[id] != nil {
 			what = "holds an older version of the policy"
