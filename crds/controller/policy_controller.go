@@ -22,9 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/yaml"
 
@@ -175,7 +178,7 @@ func (r *policyReconciler) setupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(strings.ToLower(r.kind)).
 		For(r.newObj()).
-		Watches(&v1.PolicyServer{}, handler.EnqueueRequestsFromMapFunc(r.mapPolicyServer)).
+		Watches(&v1.PolicyServer{}, handler.EnqueueRequestsFromMapFunc(r.mapPolicyServer), builder.WithPredicates(specOrDeletionChanged)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.mapConfigMap)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(r.mapEndpointSlice)).
 		Watches(&admv1.ValidatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.mapWebhook)).
@@ -183,6 +186,13 @@ func (r *policyReconciler) setupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapCASecret)).
 		Complete(r)
 }
+
+// specOrDeletionChanged lets through the PolicyServer updates that matter to its policies: a
+// new spec or the start of its deletion, not its status.
+var specOrDeletionChanged = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+		!e.ObjectOld.GetDeletionTimestamp().Equal(e.ObjectNew.GetDeletionTimestamp())
+}}
 
 // policiesOf returns requests for the policies of this kind bound to policy server ps (all of
 // them when ps is empty).

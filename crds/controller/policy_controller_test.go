@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	crconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -902,5 +903,25 @@ func TestConfigurationRefused(t *testing.T) {
 	wantStage(t, other, v1.PolicyStatusPending, ReasonPolicyLoadFailed)
 	if c := meta.FindStatusCondition(other.Status.Conditions, v1.ConditionPolicyActive); !strings.Contains(c.Message, "line 3: bad") {
 		t.Errorf("message %q", c.Message)
+	}
+}
+
+func TestPolicyServerPredicate(t *testing.T) {
+	old := policyServer("default")
+	old.Generation = 1
+	statusOnly := old.DeepCopy()
+	statusOnly.Status.ReadyReplicas = 2
+	spec := old.DeepCopy()
+	spec.Generation = 2
+	deleting := old.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	for _, tt := range []struct {
+		name string
+		new  *v1.PolicyServer
+		want bool
+	}{{"status", statusOnly, false}, {"spec", spec, true}, {"deletion", deleting, true}} {
+		if got := specOrDeletionChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tt.new}); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
