@@ -41,6 +41,7 @@ const (
 	psName       = "default"
 	psObject     = "policy-server-" + psName // Deployment, Service, ConfigMap, Secret
 	edits        = 20
+	caSecret     = "tollgate-ca"
 )
 
 var policyGVR = map[string]schema.GroupVersionResource{
@@ -355,39 +356,53 @@ spec:
 		}
 	})
 
-	t.Run("certificate rotation: no failed request", func(t *testing.T) {
-		sec, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := parseCert(t, sec.Data["tls.crt"])
+	t.Run("certificate and CA rotation: no failed request", func(t *testing.T) {
+		leaf0, ca0 := op.certs(t, ctx)
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["k0"]}}`)
 		eventually(t, 30*time.Second+op.volumeDelay, func() error { // the load's compliant objects pass again
 			return createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
 		})
-		l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 3*time.Minute)
-		var after *x509.Certificate
-		eventually(t, 2*time.Minute, func() error {
-			s, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			after = parseCert(t, s.Data["tls.crt"])
-			if after.SerialNumber.Cmp(before.SerialNumber) == 0 {
-				return fmt.Errorf("certificate %s (until %s) not renewed yet", before.SerialNumber, before.NotAfter.Format(time.TimeOnly))
+		l := startLoad(ctx, op.cs, "e2e-load", 2, 50000, 5*time.Minute)
+		defer l.stop()
+		// The server certificate is renewed every 30 s (--cert-validity=2m, --cert-renew-before=90s)
+		// and the CA 90 s after the controller made it (--ca-validity=3m): wait for a server
+		// certificate signed by a new CA.
+		var leaf, ca *x509.Certificate
+		eventually(t, 3*time.Minute+op.volumeDelay, func() error {
+			leaf, ca = op.certs(t, ctx)
+			switch {
+			case leaf.SerialNumber.Cmp(leaf0.SerialNumber) == 0:
+				return fmt.Errorf("server certificate %s (until %s) not renewed yet", leaf0.SerialNumber, leaf0.NotAfter.Format(time.TimeOnly))
+			case ca.SerialNumber.Cmp(ca0.SerialNumber) == 0:
+				return fmt.Errorf("CA %s (until %s) not renewed yet", ca0.SerialNumber, ca0.NotAfter.Format(time.TimeOnly))
+			case leaf.CheckSignatureFrom(ca) != nil:
+				return fmt.Errorf("the server certificate is not signed by the new CA yet")
 			}
 			return nil
 		})
-		t.Logf("certificate renewed: serial %s (until %s) -> %s (until %s)", before.SerialNumber, before.NotAfter.Format(time.TimeOnly), after.SerialNumber, after.NotAfter.Format(time.TimeOnly))
-		// Every replica serves the new certificate (hot reload, no restart).
-		eventually(t, 30*time.Second, func() error {
+		t.Logf("renewed: server certificate %s (until %s) -> %s (until %s); CA %s -> %s", leaf0.SerialNumber, leaf0.NotAfter.Format(time.TimeOnly),
+			leaf.SerialNumber, leaf.NotAfter.Format(time.TimeOnly), ca0.SerialNumber, ca.SerialNumber)
+		// Every replica serves the new certificate (hot reload, no restart), and every webhook
+		// trusts the new CA.
+		eventually(t, 30*time.Second+op.volumeDelay, func() error {
 			for _, rep := range op.k.Replicas(psObject) {
 				got, err := servedCert(rep.Port, psObject+"."+controllerNS+".svc")
 				if err != nil {
 					return err
 				}
-				if got.SerialNumber.Cmp(after.SerialNumber) != 0 && got.SerialNumber.Cmp(before.SerialNumber) == 0 {
-					return fmt.Errorf("%s still serves serial %s", rep.Pod, got.SerialNumber)
+				if got.CheckSignatureFrom(ca) != nil {
+					return fmt.Errorf("%s serves serial %s, not signed by the new CA", rep.Pod, got.SerialNumber)
+				}
+			}
+			vw, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, w := range vw.Items {
+				for _, wh := range w.Webhooks {
+					if !bytes.Contains(wh.ClientConfig.CABundle, bytes.TrimSpace(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))) {
+						return fmt.Errorf("webhook %s does not trust the new CA", wh.Name)
+					}
 				}
 			}
 			return nil
@@ -401,6 +416,9 @@ spec:
 		}
 		if l.total.Load() == 0 {
 			t.Error("no request was made")
+		}
+		if got := op.k.Starts(psObject); got != 2 {
+			t.Errorf("policy server processes started %d times, want 2 (no restart)", got)
 		}
 	})
 
@@ -530,8 +548,10 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort),
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probePort),
 		"--status-poll-interval=200ms",
-		// Short certificates: one is renewed every 30 s, so the test sees rotations.
+		// Short certificates: a server certificate is renewed every 30 s, the CA 90 s after it
+		// was made, so the test sees both rotations.
 		"--cert-validity=2m", "--cert-renew-before=90s", "--cert-check-interval=5s", "--ca-propagation-delay=5s",
+		"--ca-validity=3m", "--ca-secret=" + caSecret,
 		"--log-fmt=json",
 	}
 	fmt.Fprintf(logf, "+ %s %s\n", env.bin, strings.Join(args, " "))
@@ -599,6 +619,20 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 	}
 	t.Cleanup(op.gc.Stop)
 	return op
+}
+
+// certs returns the policy server's certificate and the CA (its Secret's ca.crt).
+func (op *operator) certs(t *testing.T, ctx context.Context) (leaf, ca *x509.Certificate) {
+	t.Helper()
+	sec, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caSec, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, caSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseCert(t, sec.Data["tls.crt"]), parseCert(t, caSec.Data["ca.crt"])
 }
 
 // policySpec is what the scenarios vary in a policy.
