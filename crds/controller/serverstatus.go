@@ -93,13 +93,14 @@ func newServerStatuses(c client.Reader, namespace string) *serverStatuses {
 
 // Get returns what the ready endpoints of policy server ps answer, at most ttl old.
 func (s *serverStatuses) Get(ctx context.Context, ps string) *serverStatus {
-	s.mu.Lock()
-	if c, ok := s.cache[ps]; ok && s.now().Sub(c.at) < s.ttl {
-		s.mu.Unlock()
-		return c.st
+	if st := s.cached(ps); st != nil {
+		return st
 	}
-	s.mu.Unlock()
 	v, _, _ := s.group.Do(ps, func() (any, error) {
+		// A round may have ended between the look-up above and this one.
+		if st := s.cached(ps); st != nil {
+			return st, nil
+		}
 		// The caller's context may end before the others' do: the round has its own deadline.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*statusFetchTimeout)
 		defer cancel()
@@ -110,6 +111,16 @@ func (s *serverStatuses) Get(ctx context.Context, ps string) *serverStatus {
 		return st, nil
 	})
 	return v.(*serverStatus)
+}
+
+// cached returns ps's answers if they are fresh enough, or nil.
+func (s *serverStatuses) cached(ps string) *serverStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.cache[ps]; ok && s.now().Sub(c.at) < s.ttl {
+		return c.st
+	}
+	return nil
 }
 
 // Forget drops the cached answers of ps, so that the next Get asks again (its endpoints or
