@@ -64,8 +64,9 @@ type PolicyServerReconciler struct {
 }
 
 // SetupWithManager registers the reconciler: it watches PolicyServers, the objects they own, the
-// four policy kinds (a policy change rebuilds its server's ConfigMap at once), the CA Secret and
-// the CertManager's periodic checks (which re-reconcile every PolicyServer).
+// four policy kinds (a policy change rebuilds its server's ConfigMap at once), the CA Secret,
+// image pull Secrets and the CertManager's periodic checks (which re-reconcile every
+// PolicyServer).
 func (r *PolicyServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("policyserver").
@@ -79,8 +80,8 @@ func (r *PolicyServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for _, obj := range []client.Object{&v1.ClusterAdmissionPolicy{}, &v1.AdmissionPolicy{}, &v1.ClusterAdmissionPolicyGroup{}, &v1.AdmissionPolicyGroup{}} {
 		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(mapPolicyToServer))
 	}
-	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.allPolicyServers),
-		builder.WithPredicates(predicate.NewPredicateFuncs(r.Certs.IsCASecret)))
+	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret),
+		builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool { return obj.GetNamespace() == r.Options.Namespace })))
 	b = b.WatchesRawSource(source.Channel(r.Certs.recheck, handler.EnqueueRequestsFromMapFunc(r.allPolicyServers)))
 	return b.Complete(r)
 }
@@ -104,14 +105,29 @@ func boundServer(p v1.Policy) string {
 }
 
 func (r *PolicyServerReconciler) allPolicyServers(ctx context.Context, _ client.Object) []reconcile.Request {
+	return r.policyServers(ctx, func(*v1.PolicyServer) bool { return true })
+}
+
+// mapSecret maps the CA Secret to every PolicyServer, and an image pull Secret to the
+// PolicyServers that use it (so that a Secret created after its PolicyServer is seen at once).
+func (r *PolicyServerReconciler) mapSecret(ctx context.Context, obj client.Object) []reconcile.Request {
+	if r.Certs.IsCASecret(obj) {
+		return r.allPolicyServers(ctx, obj)
+	}
+	return r.policyServers(ctx, func(ps *v1.PolicyServer) bool { return ps.Spec.ImagePullSecret == obj.GetName() })
+}
+
+func (r *PolicyServerReconciler) policyServers(ctx context.Context, match func(*v1.PolicyServer) bool) []reconcile.Request {
 	var list v1.PolicyServerList
 	if err := r.Client.List(ctx, &list); err != nil {
 		r.Options.Logger.Error("listing PolicyServers", "error", err)
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(list.Items))
-	for _, ps := range list.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: ps.Name}})
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if match(&list.Items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+		}
 	}
 	return reqs
 }

@@ -392,12 +392,26 @@ func TestPolicyServerDeploymentOptions(t *testing.T) {
 	if svc.Spec.Ports[0].TargetPort.IntValue() != 9443 || svc.Spec.Ports[1].Port != 9081 {
 		t.Errorf("service ports %+v", svc.Spec.Ports)
 	}
-	// With its own service account, none is made.
+	// With its own service account, none is made. A missing pull secret is reported, but the
+	// Deployment is written.
 	if err := e.c.Create(e.ctx, ps); err != nil {
 		t.Fatal(err)
 	}
-	if _, err, writes := e.reconcile("p"); err != nil || slices.Contains(writes, "create ServiceAccount policy-server-p") {
+	_, err, writes := e.reconcile("p")
+	if err == nil || !strings.Contains(err.Error(), `spec.imagePullSecret "regcred"`) || slices.Contains(writes, "create ServiceAccount policy-server-p") || !slices.Contains(writes, "create Deployment policy-server-p") {
 		t.Errorf("err %v, writes %v", err, writes)
+	}
+	got := e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionDeploymentReconciled); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("DeploymentReconciled = %+v", c)
+	}
+	pull := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: psTestNS, Name: "regcred"}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{}}`)}}
+	if err := e.c.Create(e.ctx, pull); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := e.reconcile("p"); err != nil {
+		t.Errorf("with the pull secret: %v", err)
 	}
 }
 
@@ -479,6 +493,27 @@ func TestPolicyServerDeletion(t *testing.T) {
 	}
 	if _, err, _ := e.reconcile("default"); err != nil {
 		t.Errorf("reconcile of a deleted PolicyServer: %v", err)
+	}
+}
+
+func TestMapSecret(t *testing.T) {
+	a, b := psObj("a"), psObj("b")
+	b.Spec.ImagePullSecret = "regcred"
+	e := newPSEnv(t, a, b)
+	names := func(reqs []reconcile.Request) (out []string) {
+		for _, r := range reqs {
+			out = append(out, r.Name)
+		}
+		return out
+	}
+	if got := names(e.r.mapSecret(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: psTestNS, Name: "tollgate-ca"}})); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("CA secret: %v", got)
+	}
+	if got := names(e.r.mapSecret(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: psTestNS, Name: "regcred"}})); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("pull secret: %v", got)
+	}
+	if got := names(e.r.mapSecret(e.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: psTestNS, Name: "other"}})); len(got) != 0 {
+		t.Errorf("other secret: %v", got)
 	}
 }
 

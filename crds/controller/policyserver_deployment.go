@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
 )
@@ -213,5 +214,24 @@ func (r *PolicyServerReconciler) reconcileDeployment(ctx context.Context, ps *v1
 	if err != nil {
 		return nil, fmt.Errorf("Deployment: %w", err)
 	}
-	return dep, nil
+	// The Deployment is written anyway: once the Secret is fixed, kubelet starts the pods.
+	return dep, r.checkImagePullSecret(ctx, ps)
+}
+
+// checkImagePullSecret reports an imagePullSecret that the pods cannot mount: missing, or
+// without the .dockerconfigjson key.
+func (r *PolicyServerReconciler) checkImagePullSecret(ctx context.Context, ps *v1.PolicyServer) error {
+	name := ps.Spec.ImagePullSecret
+	if name == "" {
+		return nil
+	}
+	sec := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Options.Namespace, Name: name}, sec); err != nil {
+		return fmt.Errorf("spec.imagePullSecret %q: %w", name, err)
+	}
+	if _, ok := sec.Data[corev1.DockerConfigJsonKey]; !ok {
+		return fmt.Errorf("spec.imagePullSecret %q: the Secret (type %s) has no %s key: it must be a %s Secret in namespace %s",
+			name, sec.Type, corev1.DockerConfigJsonKey, corev1.SecretTypeDockerConfigJson, r.Options.Namespace)
+	}
+	return nil
 }
