@@ -295,6 +295,36 @@ func TestKubelet(t *testing.T) {
 		}
 	})
 
+	t.Run("a crashed replica is unpublished and restarted in its pod", func(t *testing.T) {
+		before := k.Replicas(deploy)
+		victim := before[0]
+		if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, ctx, 30*time.Second, func() error {
+			for _, rep := range k.Replicas(deploy) {
+				if rep.Pod != victim.Pod {
+					continue
+				}
+				if rep.Restarts != 1 || rep.PID == victim.PID || !rep.Ready || !rep.Published {
+					return fmt.Errorf("%s: restarts %d pid %d ready %v published %v", rep.Pod, rep.Restarts, rep.PID, rep.Ready, rep.Published)
+				}
+				if rep.Port != victim.Port {
+					return fmt.Errorf("%s: port %d -> %d (a container restart keeps the pod's ports)", rep.Pod, victim.Port, rep.Port)
+				}
+				return nil
+			}
+			return fmt.Errorf("pod %s gone", victim.Pod)
+		})
+		if got := k.Starts(deploy); got != 3 {
+			t.Errorf("starts = %d, want 3", got)
+		}
+		events := strings.Join(k.Events(), "\n")
+		if !strings.Contains(events, victim.Pod+": endpoint slice deleted") {
+			t.Errorf("the crashed replica's slice was not deleted; events:\n%s", events)
+		}
+	})
+
 	t.Run("a template change rolls the replicas without a failed request", func(t *testing.T) {
 		old := k.PIDs(deploy)
 		stop := make(chan struct{})
@@ -326,8 +356,8 @@ func TestKubelet(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, ctx, 3*time.Minute, func() error {
-			if got := k.Starts(deploy); got != 4 {
-				return fmt.Errorf("starts = %d, want 4", got)
+			if got := k.Starts(deploy); got != 5 {
+				return fmt.Errorf("starts = %d, want 5", got)
 			}
 			reps := k.Replicas(deploy)
 			if len(reps) != 2 {
