@@ -46,10 +46,10 @@ const certSkew = 5 * time.Minute
 // after it has been in the Secret for o.CAPropagationDelay, so that the webhooks' caBundle trust
 // it first; meanwhile a still valid certificate of the old CA is kept.
 //
-// How others learn of a CA change: every change is an update of the CA Secret. The
-// PolicyServer reconciler watches that Secret and re-reconciles every PolicyServer; the policy
-// reconcilers watch it too (IsCASecret is the predicate) and rewrite their webhooks' caBundle
-// from CABundle.
+// How others learn of a CA change: every change is a write of the CA Secret (there is no other
+// notification). The PolicyServer reconciler watches that Secret and re-reconciles every
+// PolicyServer; the policy reconcilers watch it too and rewrite their webhooks' caBundle from
+// CABundle. IsCASecret tells the Secret from others.
 type CertManager struct {
 	c   client.Client
 	o   Options
