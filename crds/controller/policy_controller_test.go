@@ -48,7 +48,7 @@ type fakeServer struct {
 	hits atomic.Int64
 }
 
-func newFakeServer(t *testing.T) *fakeServer {
+func newFakeServer(t testing.TB) *fakeServer {
 	s := &fakeServer{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/policies" {
@@ -75,7 +75,7 @@ func (s *fakeServer) serve(digest string, pols ...status.Policy) {
 	}
 }
 
-func (s *fakeServer) hostPort(t *testing.T) (string, int32) {
+func (s *fakeServer) hostPort(t testing.TB) (string, int32) {
 	host, port, err := net.SplitHostPort(s.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func (f *fakeCA) CABundle(context.Context) ([]byte, error) {
 
 // env is a fake cluster with one PolicyServer "default", its replicas and the four reconcilers.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	c       client.Client
 	rs      map[string]*policyReconciler
@@ -128,7 +128,7 @@ type env struct {
 	failWebhook atomic.Pointer[apierrors.StatusError]
 }
 
-func newEnv(t *testing.T, objs ...client.Object) *env {
+func newEnv(t testing.TB, objs ...client.Object) *env {
 	e := &env{t: t, ctx: context.Background(), rec: record.NewFakeRecorder(100), ca: &fakeCA{bundle: []byte("CA1")}}
 	count := func() { e.writes.Add(1) }
 	webhookErr := func(obj client.Object) error {
@@ -923,5 +923,46 @@ func TestPolicyServerPredicate(t *testing.T) {
 		if got := specOrDeletionChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: tt.new}); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// BenchmarkReconcileActive is one poll of an active, unchanged policy with the real
+// BuildPolicyEntry: what every policy of a server costs per status round.
+func BenchmarkReconcileActive(b *testing.B) {
+	p := cap1("bench")
+	p.Spec.Settings.Raw = []byte(`{"mandatory_labels": ["owner", "team"]}`)
+	ps := policyServer("default")
+	e := newEnv(b, ps, p)
+	o, _ := Options{Namespace: testNS}.withDefaults()
+	yml, _ := BuildConfig([]v1.Policy{p}, ps, o)
+	if err := e.c.Create(e.ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: PolicyServerObjectName("default"), Labels: map[string]string{v1.PolicyServerLabel: "default"},
+			Annotations: map[string]string{v1.ConfigDigestAnnotation: ConfigDigest(yml)}},
+		Data: map[string]string{PoliciesKey: string(yml)},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	s := e.addServer("default")
+	s.serve(ConfigDigest(yml), ready(PolicyID(p.PolicyKind(), "", p.Name)))
+	r := e.rs[p.PolicyKind()]
+	r.build = BuildPolicyEntry
+	r.statuses.ttl = time.Hour
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}}
+	if _, err := r.Reconcile(e.ctx, req); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(p), p); err != nil || p.Status.PolicyStatus != v1.PolicyStatusActive {
+		b.Fatalf("not active: %v %+v", err, p.Status)
+	}
+	writes := e.writes.Load()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := r.Reconcile(e.ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n := e.writes.Load() - writes; n != 0 {
+		b.Fatalf("%d writes", n)
 	}
 }
