@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
@@ -242,24 +243,24 @@ func (r *PolicyServerReconciler) finalize(ctx context.Context, ps *v1.PolicyServ
 	return reconcile.Result{}, nil
 }
 
-// objectMeta returns the metadata of a PolicyServer's object named PolicyServerObjectName
-// (labels without spec.labels).
+// objectMeta returns the metadata of a PolicyServer's object named PolicyServerObjectName:
+// spec.labels, then the controller's labels (which win).
 func (r *PolicyServerReconciler) objectMeta(ps *v1.PolicyServer) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:      PolicyServerObjectName(ps.Name),
-		Namespace: r.Options.Namespace,
-		Labels: map[string]string{
-			v1.PolicyServerLabel: ps.Name,
-			LabelPartOf:          v1.PartOfLabelValue,
-			LabelComponent:       "policy-server",
-		},
+	labels := maps.Clone(ps.Spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
 	}
+	labels[v1.PolicyServerLabel] = ps.Name
+	labels[LabelPartOf] = v1.PartOfLabelValue
+	labels[LabelComponent] = "policy-server"
+	return metav1.ObjectMeta{Name: PolicyServerObjectName(ps.Name), Namespace: r.Options.Namespace, Labels: labels}
 }
 
 // createOrUpdate gets obj's current version and, when there is none, creates obj (after mutate,
-// which may fill in what obj lacks). Otherwise it calls mutate on the current version, which changes what differs from obj and reports whether
-// it did; the current version is written only then (and not at all when mutate fails). The controller reference to ps and the
-// labels of obj are part of what is compared. It returns the object as stored.
+// which may fill in what obj lacks). Otherwise it calls mutate on the current version, which
+// changes what differs from obj and reports whether it did; the current version is written only
+// then (and not at all when mutate fails). The controller reference to ps and the labels of obj
+// are part of what is compared. It returns the object as stored.
 func createOrUpdate[T client.Object](ctx context.Context, c client.Client, ps *v1.PolicyServer, obj T, mutate func(have T) (bool, error)) (T, error) {
 	if err := controllerutil.SetControllerReference(ps, obj, c.Scheme()); err != nil {
 		return obj, err

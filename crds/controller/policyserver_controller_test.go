@@ -287,7 +287,7 @@ func checkOwned(t *testing.T, obj client.Object, ps string) {
 		t.Errorf("%s: owner references %+v", obj.GetName(), refs)
 	}
 	l := obj.GetLabels()
-	if l[v1.PolicyServerLabel] != ps || l[LabelPartOf] != "tollgate" || l[LabelComponent] != "policy-server" {
+	if l[v1.PolicyServerLabel] != ps || l[LabelPartOf] != "tollgate" || l[LabelComponent] != "policy-server" || l["team"] != "sec" {
 		t.Errorf("%s: labels %v", obj.GetName(), l)
 	}
 }

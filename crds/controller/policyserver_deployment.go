@@ -65,13 +65,8 @@ func (r *PolicyServerReconciler) desiredDeployment(ps *v1.PolicyServer) *appsv1.
 	webhook, readiness := serverPorts(ps)
 	selector := map[string]string{LabelAppSelector: PolicyServerAppLabel(ps.Name)}
 	meta := r.objectMeta(ps)
-	labels := maps.Clone(ps.Spec.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	maps.Copy(labels, meta.Labels)
+	labels := meta.Labels
 	maps.Copy(labels, selector)
-	meta.Labels = labels
 
 	ro := true
 	container := corev1.Container{
