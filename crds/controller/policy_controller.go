@@ -299,7 +299,7 @@ func (r *policyReconciler) finalize(ctx context.Context, p v1.Policy, id string)
 	if !controllerutil.ContainsFinalizer(p, v1.PolicyFinalizer) {
 		return nil
 	}
-	if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+	if _, err := deleteWebhooks(ctx, r.Client, p, id, nil); err != nil {
 		return err
 	}
 	controllerutil.RemoveFinalizer(p, v1.PolicyFinalizer)
@@ -327,7 +327,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 			return reconcile.Result{}, err
 		}
 		// Nothing would answer a webhook: none.
-		if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+		if _, err := deleteWebhooks(ctx, r.Client, p, id, nil); err != nil {
 			return reconcile.Result{}, err
 		}
 		r.setStage(p, v1.PolicyStatusUnscheduled, ReasonPolicyServerNotFound,
@@ -336,7 +336,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 		return reconcile.Result{}, nil
 	}
 	if !ps.DeletionTimestamp.IsZero() {
-		if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+		if _, err := deleteWebhooks(ctx, r.Client, p, id, nil); err != nil {
 			return reconcile.Result{}, err
 		}
 		r.setStage(p, v1.PolicyStatusScheduled, ReasonPolicyServerDeleting,
@@ -349,7 +349,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 	if err != nil {
 		// The server's configuration leaves the policy out: its webhook would call a policy
 		// the server does not have.
-		if _, derr := deleteWebhooks(ctx, r.Client, id, nil); derr != nil {
+		if _, derr := deleteWebhooks(ctx, r.Client, p, id, nil); derr != nil {
 			return reconcile.Result{}, derr
 		}
 		r.setStage(p, v1.PolicyStatusScheduled, ReasonInvalidPolicy, err.Error(), v1.ModeUnknown)
@@ -394,7 +394,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 		return reconcile.Result{}, nil
 	}
 
-	existing, err := getWebhook(ctx, r.Client, id, p.IsMutating())
+	existing, err := getWebhook(ctx, r.Client, p, id)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -423,7 +423,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 	case v.loadErr != "":
 		if !v.stale {
 			// Nothing serves the policy: a webhook would only fail requests.
-			if _, err := deleteWebhooks(ctx, r.Client, id, nil); err != nil {
+			if _, err := deleteWebhooks(ctx, r.Client, p, id, nil); err != nil {
 				return reconcile.Result{}, err
 			}
 		}
@@ -440,16 +440,20 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 		return reconcile.Result{}, fmt.Errorf("policy %s: CA bundle: %w", id, err)
 	}
 	desired := renderWebhook(p, id, r.o, ca, entryDigest)
-	if _, err := applyWebhook(ctx, r.Client, desired); err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+	if _, err := applyWebhook(ctx, r.Client, p, desired); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, ErrForeignWebhook) {
 			r.setStage(p, v1.PolicyStatusPending, ReasonWebhookRejected, webhookError(err), mode)
 			r.warnOnChange(p, before, ReasonWebhookRejected)
+			if errors.Is(err, ErrForeignWebhook) {
+				// Its deletion is not watched (unless it is tollgate's).
+				return slowPoll, nil
+			}
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("policy %s: writing its webhook configuration: %w", id, err)
 	}
 	// After a flip of mutating, the configuration of the other kind goes.
-	if _, err := deleteWebhooks(ctx, r.Client, id, desired); err != nil {
+	if _, err := deleteWebhooks(ctx, r.Client, p, id, desired); err != nil {
 		return reconcile.Result{}, err
 	}
 	wasActiveStage := st.PolicyStatus == v1.PolicyStatusActive

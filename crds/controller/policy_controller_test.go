@@ -524,13 +524,22 @@ func TestInvalidPolicy(t *testing.T) {
 func TestIDCollision(t *testing.T) {
 	// A ClusterAdmissionPolicy "group-x" and a ClusterAdmissionPolicyGroup "x" share an id.
 	p := cap1("group-x")
+	e, _ := activate(t, p)
 	g := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "x", Generation: 1}}
 	g.Spec.PolicyServer = "default"
-	e := newEnv(t, policyServer("default"), p, g)
-	e.addServer("default")
-	e.writeConfig("default", p)
+	if err := e.c.Create(e.ctx, g); err != nil {
+		t.Fatal(err)
+	}
 	e.reconcile(g)
 	wantStage(t, g, v1.PolicyStatusScheduled, ReasonInvalidPolicy)
+	// The group leaves the policy's webhook alone, and so does its deletion.
+	if err := e.c.Delete(e.ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(g)
+	if getValidating(e, "clusterwide-group-x") == nil {
+		t.Fatal("the group deleted the policy's webhook")
+	}
 }
 
 func TestEndpoints(t *testing.T) {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
@@ -193,10 +194,14 @@ func webhookObjects() []client.Object {
 	return []client.Object{&admv1.ValidatingWebhookConfiguration{}, &admv1.MutatingWebhookConfiguration{}}
 }
 
+// ErrForeignWebhook: a webhook configuration of the policy's name exists that is not the
+// policy's (another program's, or another policy's whose id is the same).
+var ErrForeignWebhook = errors.New("a webhook configuration of that name exists and is not the policy's")
+
 // applyWebhook creates desired, or updates the existing configuration of its kind and name when
 // it differs (webhooks, caBundle included, or the labels and annotations the controller sets).
-// It reports whether it wrote.
-func applyWebhook(ctx context.Context, c client.Client, desired client.Object) (bool, error) {
+// It reports whether it wrote. It does not take over a configuration that is not p's.
+func applyWebhook(ctx context.Context, c client.Client, p v1.Policy, desired client.Object) (bool, error) {
 	var existing client.Object
 	switch desired.(type) {
 	case *admv1.ValidatingWebhookConfiguration:
@@ -213,6 +218,9 @@ func applyWebhook(ctx context.Context, c client.Client, desired client.Object) (
 	}
 	if err != nil {
 		return false, err
+	}
+	if !webhookOf(existing, p) {
+		return false, fmt.Errorf("%w: %T %s", ErrForeignWebhook, existing, desired.GetName())
 	}
 	changed := false
 	switch e := existing.(type) {
@@ -244,15 +252,15 @@ func applyWebhook(ctx context.Context, c client.Client, desired client.Object) (
 
 // getWebhook returns the policy's existing webhook configuration of either kind (the one of
 // the policy's current kind first), or nil.
-func getWebhook(ctx context.Context, c client.Client, id string, mutating bool) (client.Object, error) {
+func getWebhook(ctx context.Context, c client.Client, p v1.Policy, id string) (client.Object, error) {
 	objs := webhookObjects()
-	if mutating {
+	if p.IsMutating() {
 		objs[0], objs[1] = objs[1], objs[0]
 	}
 	for _, obj := range objs {
 		err := c.Get(ctx, client.ObjectKey{Name: id}, obj)
 		if err == nil {
-			if ownedWebhook(obj) {
+			if webhookOf(obj, p) {
 				return obj, nil
 			}
 			continue
@@ -264,10 +272,10 @@ func getWebhook(ctx context.Context, c client.Client, id string, mutating bool) 
 	return nil, nil
 }
 
-// deleteWebhooks deletes the configurations named id of both kinds, or only of the kind that
-// is not keep's (after a flip of mutating), when they are tollgate's. It reports whether it
-// deleted anything.
-func deleteWebhooks(ctx context.Context, c client.Client, id string, keep client.Object) (bool, error) {
+// deleteWebhooks deletes the policy's configurations named id of both kinds, or only of the
+// kind that is not keep's (after a flip of mutating). Configurations of that name that are not
+// the policy's are left alone. It reports whether it deleted anything.
+func deleteWebhooks(ctx context.Context, c client.Client, p v1.Policy, id string, keep client.Object) (bool, error) {
 	deleted := false
 	for _, obj := range webhookObjects() {
 		if keep != nil && fmt.Sprintf("%T", obj) == fmt.Sprintf("%T", keep) {
@@ -279,7 +287,7 @@ func deleteWebhooks(ctx context.Context, c client.Client, id string, keep client
 			}
 			return deleted, err
 		}
-		if !ownedWebhook(obj) {
+		if !webhookOf(obj, p) {
 			continue
 		}
 		if err := c.Delete(ctx, obj, client.Preconditions{UID: ptr(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
@@ -293,4 +301,11 @@ func deleteWebhooks(ctx context.Context, c client.Client, id string, keep client
 // ownedWebhook tells tollgate's webhook configurations from others of the same name.
 func ownedWebhook(obj client.Object) bool {
 	return obj.GetLabels()[LabelPartOf] == v1.PartOfLabelValue
+}
+
+// webhookOf tells whether obj is p's webhook configuration: tollgate's, annotated with p's
+// name and namespace (two policies whose ids collide do not touch each other's).
+func webhookOf(obj client.Object, p v1.Policy) bool {
+	an := obj.GetAnnotations()
+	return ownedWebhook(obj) && an[v1.PolicyNameAnnotation] == p.GetName() && an[v1.PolicyNamespaceAnnotation] == p.GetNamespace()
 }

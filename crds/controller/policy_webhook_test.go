@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"testing"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
@@ -158,17 +159,38 @@ func TestApplyWebhookWritesOnlyChanges(t *testing.T) {
 		ca    string
 		wrote bool
 	}{{"A", true}, {"A", false}, {"B", true}, {"B", false}} {
-		wrote, err := applyWebhook(e.ctx, e.c, desired(step.ca))
+		wrote, err := applyWebhook(e.ctx, e.c, p, desired(step.ca))
 		if err != nil || wrote != step.wrote {
 			t.Fatalf("step %d: wrote %v, err %v; want wrote %v", i, wrote, err, step.wrote)
 		}
 	}
-	// A foreign configuration of the same name is not deleted.
+	// Configurations of the same name that are not the policy's are neither taken over nor
+	// deleted: another program's, and another policy's whose id is the same.
+	q := cap1("group-x")
+	g := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	g.Spec.PolicyServer = "default"
 	foreign := &admv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "clusterwide-foreign"}}
 	if err := e.c.Create(e.ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	if deleted, err := deleteWebhooks(e.ctx, e.c, "clusterwide-foreign", nil); err != nil || deleted {
-		t.Fatalf("deleted %v, err %v", deleted, err)
+	if err := e.c.Create(e.ctx, renderWebhook(q, "clusterwide-group-x", Options{Namespace: testNS}, nil, "")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		p  v1.Policy
+		id string
+	}{{p, "clusterwide-foreign"}, {g, "clusterwide-group-x"}} {
+		if deleted, err := deleteWebhooks(e.ctx, e.c, tt.p, tt.id, nil); err != nil || deleted {
+			t.Errorf("%s: deleted %v, err %v", tt.id, deleted, err)
+		}
+		if w, err := getWebhook(e.ctx, e.c, tt.p, tt.id); err != nil || w != nil {
+			t.Errorf("%s: found %v, err %v", tt.id, w, err)
+		}
+		if _, err := applyWebhook(e.ctx, e.c, tt.p, renderWebhook(tt.p, tt.id, Options{Namespace: testNS}, nil, "")); !errors.Is(err, ErrForeignWebhook) {
+			t.Errorf("%s: apply: %v", tt.id, err)
+		}
+	}
+	if deleted, err := deleteWebhooks(e.ctx, e.c, q, "clusterwide-group-x", nil); err != nil || !deleted {
+		t.Errorf("own webhook: deleted %v, err %v", deleted, err)
 	}
 }
