@@ -46,6 +46,16 @@ const webhookCleanupPoll = 2 * time.Second
 // PodDisruptionBudget (when asked) in the controller's namespace, all named
 // PolicyServerObjectName and controlled by the PolicyServer (so that garbage collection
 // removes them with it). It writes an object only when what it owns of it differs.
+type PolicyServerReconciler struct {
+	Client   client.Client
+	Options  Options
+	Certs    *CertManager
+	Recorder record.EventRecorder
+}
+
+// RBAC of the PolicyServer reconciler (package-level markers for controller-gen; Secrets,
+// ConfigMaps, Services, ServiceAccounts, Deployments, PodDisruptionBudgets and Leases are in
+// the controller's namespace only):
 //
 // +kubebuilder:rbac:groups=policies.tollgate.dev,resources=policyservers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=policies.tollgate.dev,resources=policyservers/status,verbs=get;update;patch
@@ -57,12 +67,6 @@ const webhookCleanupPoll = 2 * time.Second
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
-type PolicyServerReconciler struct {
-	Client   client.Client
-	Options  Options
-	Certs    *CertManager
-	Recorder record.EventRecorder
-}
 
 // SetupWithManager registers the reconciler: it watches PolicyServers, the objects they own, the
 // four policy kinds (a policy change rebuilds its server's ConfigMap at once), the CA Secret,
