@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -237,5 +238,20 @@ func TestBuildSources(t *testing.T) {
 	empty, err := BuildSources(cfgPS())
 	if err != nil || string(empty) != "{\n  \"insecure_sources\": [],\n  \"source_authorities\": {}\n}\n" {
 		t.Errorf("empty sources: %q, %v", empty, err)
+	}
+}
+
+// BenchmarkBuildConfig: the work of one PolicyServer reconcile's ConfigMap for 200 policies.
+func BenchmarkBuildConfig(b *testing.B) {
+	var pols []v1.Policy
+	for i := range 200 {
+		pols = append(pols, &v1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%03d", i)}, Spec: v1.ClusterAdmissionPolicySpec{
+			WebhookSpec: v1.WebhookSpec{PolicyServer: "default"},
+			ModuleSpec:  cfgModule("registry://ghcr.io/kubewarden/policies/safe-labels:v1.0.0", `{"mandatory_labels":["owner","team"],"denied_labels":["x"]}`)}})
+	}
+	ps := cfgPS()
+	b.ReportAllocs()
+	for b.Loop() {
+		BuildConfig(pols, ps, Options{})
 	}
 }
