@@ -234,6 +234,12 @@ func policyRef(ns, name string) string {
 // nothing. Policies are taken in kind, namespace and name order; a later policy whose id
 // collides with an earlier one (Kubewarden's "namespaced-<ns>-<name>" is ambiguous) is left out.
 func BuildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options) (policiesYML []byte, skipped map[string]error) {
+	return buildConfig(policies, ps, o, BuildPolicyEntry)
+}
+
+// buildConfig is BuildConfig with build in place of BuildPolicyEntry (a memoizing one in the
+// reconciler).
+func buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options, build func(v1.Policy, *v1.PolicyServer, Options) (string, map[string]any, error)) (policiesYML []byte, skipped map[string]error) {
 	sorted := append([]v1.Policy(nil), policies...)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		a, b := sorted[i], sorted[j]
@@ -248,7 +254,7 @@ func BuildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options) (policies
 	doc := map[string]any{}
 	owner := map[string]string{}
 	for _, p := range sorted {
-		id, entry, err := BuildPolicyEntry(p, ps, o)
+		id, entry, err := build(p, ps, o)
 		where := p.PolicyKind() + " " + policyRef(p.GetNamespace(), p.GetName())
 		if err == nil {
 			if prev, dup := owner[id]; dup {

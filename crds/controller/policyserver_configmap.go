@@ -74,7 +74,7 @@ func (r *PolicyServerReconciler) desiredConfigMap(ps *v1.PolicyServer, policies 
 	if err != nil {
 		return nil, serverConfig{}, err
 	}
-	yml, skipped := BuildConfig(policies, ps, r.Options)
+	yml, skipped := r.entries.buildConfig(policies, ps, r.Options)
 	cfg := serverConfig{digest: ConfigDigest(yml), policies: len(policies) - len(skipped), skipped: skipped}
 	cm := &corev1.ConfigMap{ObjectMeta: r.objectMeta(ps)}
 	cm.Annotations = map[string]string{v1.ConfigDigestAnnotation: cfg.digest}

@@ -51,6 +51,8 @@ type PolicyServerReconciler struct {
 	Options  Options
 	Certs    *CertManager
 	Recorder record.EventRecorder
+
+	entries entryCache
 }
 
 // RBAC of the PolicyServer reconciler (package-level markers for controller-gen; Secrets,
