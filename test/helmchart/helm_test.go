@@ -17,8 +17,8 @@ import (
 const (
 	release   = "tollgate"
 	namespace = "tollgate-system"
-	// kubeVersion is passed to helm: a helm built from source (not by helm's Makefile) assumes
-	// Kubernetes 1.20, below the chart's kubeVersion.
+	// kubeVersion is passed to helm so that rendering does not depend on how helm was built
+	// (unstamped, it assumes Kubernetes 1.20, below the chart's kubeVersion).
 	kubeVersion = "1.36.0"
 )
 
