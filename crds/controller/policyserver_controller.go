@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
@@ -177,7 +178,7 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		ps.Status.ConfigDigest, ps.Status.Policies = cfg.digest, int32(cfg.policies)
 	}
 	dep, err := r.reconcileDeployment(ctx, ps)
-	step(v1.ConditionDeploymentReconciled, err, "")
+	step(v1.ConditionDeploymentReconciled, err, unsupportedFields(ps))
 	if dep != nil {
 		ps.Status.ReadyReplicas = dep.Status.ReadyReplicas
 	}
@@ -195,6 +196,25 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		recheck = r.Options.CertCheckInterval
 	}
 	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// unsupportedFields names the spec fields that are accepted for compatibility with Kubewarden
+// but have no effect, for the DeploymentReconciled condition's message.
+func unsupportedFields(ps *v1.PolicyServer) string {
+	var f []string
+	if ps.Spec.VerificationConfig != "" {
+		f = append(f, "spec.verificationConfig")
+	}
+	if ps.Spec.SigstoreTrustConfig != "" {
+		f = append(f, "spec.sigstoreTrustConfig")
+	}
+	if ps.Spec.MetricsPort != nil {
+		f = append(f, "spec.metricsPort (metrics are served on readinessProbePort)")
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return "accepted but not supported, ignored: " + strings.Join(f, ", ")
 }
 
 // writeStatus writes ps's status when it differs from before.

@@ -413,6 +413,18 @@ func TestPolicyServerDeploymentOptions(t *testing.T) {
 	if _, err, _ := e.reconcile("p"); err != nil {
 		t.Errorf("with the pull secret: %v", err)
 	}
+	got = e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+	got.Spec.VerificationConfig = "verify"
+	if err := e.c.Update(e.ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := e.reconcile("p"); err != nil {
+		t.Fatal(err)
+	}
+	got = e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionDeploymentReconciled); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "spec.verificationConfig") {
+		t.Errorf("DeploymentReconciled = %+v", c)
+	}
 }
 
 func TestPolicyServerBadObjects(t *testing.T) {
