@@ -47,11 +47,12 @@ k8s-tools:
 # a static binary, CA bundle, nonroot user 65532; writes the OCI layout bin/image/oci and its
 # tarball bin/image/tollgate.oci.tar tagged with charts/tollgate's appVersion (VERSION=... to
 # override), reproducibly, and prints the digest. IMAGE_PLATFORMS=linux/amd64,linux/arm64 builds
-# an index of both; IMAGE_PUSH=host:port/repo[:tag] also pushes it (plain HTTP for localhost).
+# an index of both; IMAGE_PUSH=host:port/repo[:tag] also pushes it (plain HTTP for localhost, or
+# with IMAGE_INSECURE=1; credentials from ~/.docker/config.json).
 .PHONY: image
 IMAGE_PLATFORMS ?= linux/amd64
 image:
-	$(GO) run ./internal/tools/mkimage -out bin/image -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION)) $(if $(IMAGE_PUSH),-push $(IMAGE_PUSH))
+	$(GO) run ./internal/tools/mkimage -out bin/image -platforms $(IMAGE_PLATFORMS) $(if $(VERSION),-version $(VERSION)) $(if $(IMAGE_PUSH),-push $(IMAGE_PUSH)) $(if $(IMAGE_INSECURE),-insecure)
 
 # policies builds every example and built-in policy and the test fixtures (skipping those that are
 # up to date; scripts/build-policies.sh -f rebuilds all).
