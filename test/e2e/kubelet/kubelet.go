@@ -432,16 +432,16 @@ func (r *runner) sync() (time.Duration, bool) {
 		// Volumes: rewritten like kubelet's AtomicWriter, after VolumeUpdateDelay.
 		later(r.syncVolumes(p, now))
 		// Endpoints: a ready replica is published, an unready one is not.
-		ready := p.isReady()
+		ready, published := p.isReady(), p.isPublished()
 		switch {
-		case ready && !p.published && svc != nil:
+		case ready && !published && svc != nil:
 			if err := r.publish(p, svc); err != nil {
 				k.event("%s: publishing endpoints: %v", p.name, err)
 				later(time.Second)
 			}
-		case ready && p.published && svc != nil && p.publishedFor != svc.ResourceVersion:
+		case ready && published && svc != nil && p.publishedFor != svc.ResourceVersion:
 			_ = r.publish(p, svc) // the Service's ports changed
-		case !ready && p.published:
+		case !ready && published:
 			r.unpublish(p)
 		}
 		if !ready && !p.exited() {
@@ -470,7 +470,7 @@ func (r *runner) sync() (time.Duration, bool) {
 	}
 	readyCurrent := 0
 	for _, p := range current {
-		if p.isReady() && p.published {
+		if p.isReady() && p.isPublished() {
 			readyCurrent++
 		}
 	}
@@ -534,6 +534,12 @@ func (p *pod) isReady() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.ready
+}
+
+func (p *pod) isPublished() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.published
 }
 
 func (p *pod) exited() bool {
@@ -776,13 +782,17 @@ func (r *runner) startProcess(p *pod) error {
 	// Ports: the server listens on loopback on the real ports that stand for the declared ones.
 	webhookDecl := firstNonEmpty(flagValue(argv, "port"), envMap["TOLLGATE_PORT"], "3000")
 	probeDecl := firstNonEmpty(flagValue(argv, "readiness-probe-port"), envMap["TOLLGATE_READINESS_PROBE_PORT"], "8081")
-	var err error
-	if p.webhook, err = p.realPort(webhookDecl); err != nil {
+	webhook, err := p.realPort(webhookDecl)
+	if err != nil {
 		return err
 	}
-	if p.probe, err = p.realPort(probeDecl); err != nil {
+	probe, err := p.realPort(probeDecl)
+	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	p.webhook, p.probe = webhook, probe
+	p.mu.Unlock()
 	argv = dropFlags(argv, "addr", "port", "readiness-probe-port")
 	argv = append(argv, "--addr=127.0.0.1", fmt.Sprintf("--port=%d", p.webhook), fmt.Sprintf("--readiness-probe-port=%d", p.probe))
 	argv = append(argv, r.k.opts.ExtraArgs...)
@@ -1099,7 +1109,9 @@ func (r *runner) publish(p *pod, svc *corev1.Service) error {
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
 	p.published, p.publishedFor = true, svc.ResourceVersion
+	p.mu.Unlock()
 	r.k.event("%s: endpoint slice published (%s)", p.name, portList(ports))
 	return nil
 }
@@ -1113,7 +1125,7 @@ func portList(ports []discoveryv1.EndpointPort) string {
 }
 
 func (r *runner) unpublish(p *pod) {
-	if !p.published {
+	if !p.isPublished() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -1123,7 +1135,9 @@ func (r *runner) unpublish(p *pod) {
 		r.k.event("%s: deleting endpoint slice: %v", p.name, err)
 		return
 	}
+	p.mu.Lock()
 	p.published = false
+	p.mu.Unlock()
 	r.k.event("%s: endpoint slice deleted", p.name)
 }
 
