@@ -48,7 +48,7 @@ type PolicyServerSpec struct {
 	// +optional
 	Annotations map[string]string `json:"annotations,omitempty"`
 
-	// Labels are added to the Deployment and its pods.
+	// Labels are added to every object of the server (Deployment, pods, Service, ...).
 	// +optional
 	Labels map[string]string `json:"labels,omitempty"`
 
