@@ -72,6 +72,15 @@ func TestOperator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
 	op := startOperator(t, ctx)
+	// Leave nothing for the next test's controller (policies and PolicyServers are cluster-wide):
+	// this runs before the controller stops, so finalizers are honoured; one that is not within a
+	// minute is an error, and is stripped.
+	t.Cleanup(func() {
+		op.deleteAll(t, []string{"ClusterAdmissionPolicy/required-labels", "ClusterAdmissionPolicy/capabilities-drop",
+			"ClusterAdmissionPolicy/monitor-labels", "ClusterAdmissionPolicy/load-labels", "ClusterAdmissionPolicy/broken-module",
+			"ClusterAdmissionPolicy/bad-settings", "AdmissionPolicy/e2e-b/team-labels", "ClusterAdmissionPolicyGroup/owner-or-team",
+			"PolicyServer/" + psName})
+	})
 
 	for _, ns := range []string{"e2e-a", "e2e-b", "e2e-c", "e2e-d", "e2e-load", "e2e-broken"} {
 		if _, err := op.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -619,6 +628,46 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 	}
 	t.Cleanup(op.gc.Stop)
 	return op
+}
+
+// deleteAll deletes objects given as Kind/name or Kind/namespace/name and waits for them to go;
+// one still there after a minute is reported and its finalizers are removed.
+func (op *operator) deleteAll(t *testing.T, objs []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	type ref struct {
+		ri   dynamic.ResourceInterface
+		what string
+		name string
+	}
+	var refs []ref
+	for _, o := range objs {
+		parts := strings.Split(o, "/")
+		var ri dynamic.ResourceInterface = op.dyn.Resource(policyGVR[parts[0]])
+		name := parts[len(parts)-1]
+		if len(parts) == 3 {
+			ri = op.dyn.Resource(policyGVR[parts[0]]).Namespace(parts[1])
+		}
+		if err := ri.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("cleanup: delete %s: %v", o, err)
+		}
+		refs = append(refs, ref{ri, o, name})
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, r := range refs {
+		for {
+			_, err := r.ri.Get(ctx, r.name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("cleanup: %s still there a minute after its deletion (get: %v); removing its finalizers", r.what, err)
+				_, _ = r.ri.Patch(ctx, r.name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
 }
 
 // certs returns the policy server's certificate and the CA (its Secret's ca.crt).
