@@ -898,17 +898,24 @@ func (p *pod) realPort(decl string) (int32, error) {
 	return real, nil
 }
 
-// containerEnv is the process environment: the test's own (less TOLLGATE_ and KUBEWARDEN_
-// variables, which would configure the server behind the Deployment's back), then the
-// container's env with paths under mounts rewritten and $(VAR) references expanded.
+// ReadOnlyRoot is what HOME and TMPDIR are set to for a container with readOnlyRootFilesystem: a
+// path under a file, so that any write outside the volumes fails (ENOTDIR, even for root), as it
+// would in the cluster.
+const ReadOnlyRoot = "/dev/null/read-only-root-filesystem"
+
+// containerEnv is the process environment, as a container's: PATH, HOSTNAME (the pod's name),
+// HOME (ReadOnlyRoot with readOnlyRootFilesystem, else a directory in the pod), TMPDIR likewise,
+// then the container's env with paths under mounts rewritten and $(VAR) references expanded.
+// Nothing else of the test's environment leaks in (XDG_*, TOLLGATE_*...).
 func (r *runner) containerEnv(p *pod, c *corev1.Container) ([]string, map[string]string) {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "TOLLGATE_") || strings.HasPrefix(kv, "KUBEWARDEN_") {
-			continue
-		}
-		env = append(env, kv)
+	home, tmp := filepath.Join(p.dir, "rootfs", "home"), filepath.Join(p.dir, "rootfs", "tmp")
+	if sc := c.SecurityContext; sc != nil && ptr.Deref(sc.ReadOnlyRootFilesystem, false) {
+		home, tmp = ReadOnlyRoot+"/home", ReadOnlyRoot+"/tmp"
+	} else {
+		_ = os.MkdirAll(home, 0o755)
+		_ = os.MkdirAll(tmp, 0o755)
 	}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOSTNAME=" + p.name, "HOME=" + home, "TMPDIR=" + tmp}
 	mounts := r.mountMap(p, c)
 	m := map[string]string{}
 	for _, e := range c.Env {
