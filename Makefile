@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: e2e crds all build demo-modules bench-server policies test test-modules bench check tools clean demo map-tinygo-probe
+.PHONY: e2e crds all build demo-modules bench-server bench-operator policies test test-modules bench check tools clean demo map-tinygo-probe
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -90,6 +90,17 @@ BENCH_DURATION ?= 20s
 bench-server: policies build
 	$(GO) build -o bin/loadgen ./test/loadgen
 	bin/loadgen suite -tollgate bin/tollgate -duration $(BENCH_DURATION)
+
+# bench-operator measures the operator at scale (test/e2e BenchmarkOperatorScale, docs/benchmarks.md
+# "Operator"): 200 policies on 5 PolicyServers on a real apiserver, the time to all active, the
+# controller's RSS, and what a controller restart writes (target: nothing). About 3 minutes.
+bench-operator: policies build k8s-tools
+	@set -e; tools="$$(./scripts/install-k8s-tools.sh kube-apiserver etcd kubectl)"; \
+	export KUBE_APISERVER="$$(sed -n 's/^kube-apiserver=//p' <<<"$$tools")"; \
+	export ETCD="$$(sed -n 's/^etcd=//p' <<<"$$tools")"; \
+	export KUBECTL="$$(sed -n 's/^kubectl=//p' <<<"$$tools")"; \
+	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
+	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench OperatorScale -benchtime 1x .
 
 check:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)

@@ -56,11 +56,16 @@ func BenchmarkOperatorScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	rss, hwm, err := procMemory(f.ctrl.Process.Pid)
+	mem, err := procMemory(f.ctrl.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("settled: controller VmRSS %.1f MB, VmHWM %.1f MB after %.0f reconciles", rss, hwm, reconciles)
+	m, err := scrapeMetrics(f.metrics)
+	if err != nil {
+		b.Fatal(err)
+	}
+	writes, byMethod := nonGETRequests(m)
+	b.Logf("settled: controller %s after %.0f reconciles and %.0f non-GET requests [%s]", mem, reconciles, writes, byMethod)
 
 	res := f.restartResync(ctx, 20*time.Second)
 	if res.err != nil {
@@ -73,9 +78,11 @@ func BenchmarkOperatorScale(b *testing.B) {
 
 	b.ReportMetric(serversReady.Seconds(), "s-servers-ready")
 	b.ReportMetric(toActive.Seconds(), "s-to-active")
-	b.ReportMetric(rss, "MB-ctrl-rss")
-	b.ReportMetric(hwm, "MB-ctrl-hwm")
-	b.ReportMetric(res.rss, "MB-ctrl-rss-after-resync")
+	b.ReportMetric(mem.rss, "MB-ctrl-rss")
+	b.ReportMetric(mem.anon, "MB-ctrl-rss-anon")
+	b.ReportMetric(mem.hwm, "MB-ctrl-hwm")
+	b.ReportMetric(res.mem.rss, "MB-ctrl-rss-after-resync")
+	b.ReportMetric(writes, "nonGET-to-active")
 	b.ReportMetric(float64(len(res.changed)), "writes-on-resync")
 	b.ReportMetric(res.nonGET, "nonGET-on-resync")
 	b.ReportMetric(res.reconciles, "reconciles-on-resync")
@@ -392,24 +399,19 @@ func (f *fleet) settle(ctx context.Context, min, max time.Duration) (float64, er
 
 // resyncResult is what a controller restart wrote.
 type resyncResult struct {
-	changed    []string           // objects whose resourceVersion changed, with what changed
-	nonGET     float64            // the new process's non-GET requests
-	gets       float64            // and its GETs (lists and watches included)
-	byMethod   map[string]float64 // the same by method and code
+	changed    []string // objects whose resourceVersion changed, with what changed
+	nonGET     float64  // the new process's non-GET requests
+	gets       float64  // and its GETs (lists and watches included)
+	byMethod   string   // the same by method and code
 	reconciles float64
-	rss, hwm   float64 // the new process, MB
+	mem        procMem // the new process's
 	took       time.Duration
 	err        error
 }
 
 func (r resyncResult) String() string {
-	var methods []string
-	for k, v := range r.byMethod {
-		methods = append(methods, fmt.Sprintf("%s=%.0f", k, v))
-	}
-	sort.Strings(methods)
-	return fmt.Sprintf("controller restart: %d objects changed, %.0f non-GET requests [%s] (and %.0f GETs), %.0f reconciles in %v; new process VmRSS %.1f MB VmHWM %.1f MB",
-		len(r.changed), r.nonGET, strings.Join(methods, " "), r.gets, r.reconciles, r.took.Round(time.Second), r.rss, r.hwm)
+	return fmt.Sprintf("controller restart: %d objects changed, %.0f non-GET requests [%s] (and %.0f GETs), %.0f reconciles in %v; new process %s",
+		len(r.changed), r.nonGET, r.byMethod, r.gets, r.reconciles, r.took.Round(time.Second), r.mem)
 }
 
 // restartResync records every object the controller writes, restarts the controller (a full
@@ -440,16 +442,9 @@ func (f *fleet) restartResync(ctx context.Context, min time.Duration) (r resyncR
 		r.err = errors.New("the controller's /metrics has no rest_client_requests_total")
 		return r
 	}
-	r.byMethod = map[string]float64{}
-	for _, s := range m["rest_client_requests_total"] {
-		if method := s.labels["method"]; method != "GET" {
-			r.nonGET += s.value
-			r.byMethod[method+"/"+s.labels["code"]] += s.value
-		} else {
-			r.gets += s.value
-		}
-	}
-	if r.rss, r.hwm, r.err = procMemory(f.ctrl.Process.Pid); r.err != nil {
+	r.nonGET, r.byMethod = nonGETRequests(m)
+	r.gets = m.sum("rest_client_requests_total", map[string]string{"method": "GET"})
+	if r.mem, r.err = procMemory(f.ctrl.Process.Pid); r.err != nil {
 		return r
 	}
 	after, err := f.snapshot(ctx)
@@ -574,6 +569,25 @@ func changedPaths(a, b any) []string {
 	return out
 }
 
+// nonGETRequests sums the controller's rest_client_requests_total but GETs (lists and watches
+// are GETs too), and lists them by method and code.
+func nonGETRequests(m metricSet) (float64, string) {
+	by := map[string]float64{}
+	var n float64
+	for _, s := range m["rest_client_requests_total"] {
+		if method := s.labels["method"]; method != "GET" {
+			n += s.value
+			by[method+"/"+s.labels["code"]] += s.value
+		}
+	}
+	var parts []string
+	for k, v := range by {
+		parts = append(parts, fmt.Sprintf("%s=%.0f", k, v))
+	}
+	sort.Strings(parts)
+	return n, strings.Join(parts, " ")
+}
+
 // sample is one line of a Prometheus text exposition.
 type sample struct {
 	labels map[string]string
@@ -638,31 +652,38 @@ func scrapeMetrics(addr string) (metricSet, error) {
 	return m, sc.Err()
 }
 
-// procMemory returns a process's VmRSS and VmHWM in MB (10^6 bytes).
-func procMemory(pid int) (rss, hwm float64, err error) {
+// procMem is a process's memory from /proc/<pid>/status, in MB (10^6 bytes).
+type procMem struct {
+	rss, hwm   float64 // VmRSS, VmHWM
+	anon, file float64 // RssAnon (heap, stacks), RssFile (the executable's pages)
+}
+
+func (m procMem) String() string {
+	return fmt.Sprintf("VmRSS %.1f MB (RssAnon %.1f, RssFile %.1f), VmHWM %.1f MB", m.rss, m.anon, m.file, m.hwm)
+}
+
+// procMemory reads a process's memory from /proc/<pid>/status.
+func procMemory(pid int) (procMem, error) {
+	var m procMem
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return m, err
 	}
+	fields := map[string]*float64{"VmRSS": &m.rss, "VmHWM": &m.hwm, "RssAnon": &m.anon, "RssFile": &m.file}
 	for _, line := range strings.Split(string(data), "\n") {
 		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/status: %s: %w", pid, line, err)
-		}
-		if k == "VmRSS" {
-			rss = kb * 1024 / 1e6
-		} else {
-			hwm = kb * 1024 / 1e6
+		if p := fields[k]; ok && p != nil {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			if err != nil {
+				return m, fmt.Errorf("/proc/%d/status: %s: %w", pid, line, err)
+			}
+			*p = kb * 1024 / 1e6
 		}
 	}
-	if rss == 0 || hwm == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
+	if m.rss == 0 || m.hwm == 0 {
+		return m, fmt.Errorf("/proc/%d/status: no VmRSS or VmHWM", pid)
 	}
-	return rss, hwm, nil
+	return m, nil
 }
 
 // errStop ends a poll at once.
