@@ -60,12 +60,14 @@ policies: tools
 	./scripts/build-policies.sh
 	./scripts/embed-builtins.sh
 
-# test runs every test: the root module (host, CLI, integration suites) and every submodule.
+# test runs every test: the root module (host, CLI, integration suites), every submodule, and the
+# operator's end-to-end tests on a real kube-apiserver (make e2e).
 test: policies test-modules
 	@$(MAKE) --no-print-directory demo-modules
 	$(GO) test $(GOTEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory e2e
 
-# test/e2e (a real apiserver, minutes of CPU) runs only through `make e2e`.
+# test/e2e (a real apiserver, minutes of CPU) runs through `make e2e`, which `make test` calls last.
 test-modules:
 	@set -e; for m in $(filter-out test/e2e,$(SUBMODULES)); do echo "go test ./... in $$m"; (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...); done
 
