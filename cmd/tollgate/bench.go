@@ -36,6 +36,7 @@ func newBenchCmd() *cobra.Command {
 	var (
 		in       inputFlags
 		rt       runtimeFlags
+		caps     capabilityFlags
 		output   string
 		count    int
 		warmup   int
@@ -56,8 +57,9 @@ Takes the same inputs as run.`,
 				return err
 			}
 			ctx := cmd.Context()
+			caps.repeat = true // a session of one evaluation starts over for the next
 			loadStart := time.Now()
-			p, err := prepare(ctx, cmd, args[0], &in, &rt, 1)
+			p, err := prepare(ctx, cmd, args[0], &in, &rt, &caps, 1)
 			if err != nil {
 				return err
 			}
@@ -106,6 +108,7 @@ Takes the same inputs as run.`,
 	}
 	in.register(cmd)
 	rt.register(cmd)
+	caps.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: a table)")
 	cmd.Flags().IntVar(&count, "count", 1000, "number of measured evaluations")
 	cmd.Flags().IntVar(&warmup, "warmup", 100, "evaluations before measuring")

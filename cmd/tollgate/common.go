@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/wasm"
@@ -123,11 +124,18 @@ type prepared struct {
 	req    *admission.Request // nil for raw
 	raw    []byte             // raw request
 	uid    string
+	// capsDone finishes the host capabilities (a recording is written).
+	capsDone func() error
 }
 
 func (p *prepared) close(ctx context.Context) {
 	p.policy.Close(ctx)
 	_ = p.host.Close(ctx)
+	if p.capsDone != nil {
+		if err := p.capsDone(); err != nil {
+			fmt.Fprintln(os.Stderr, "tollgate:", err)
+		}
+	}
 }
 
 func (p *prepared) evaluate(ctx context.Context) (*policy.Result, error) {
@@ -138,7 +146,7 @@ func (p *prepared) evaluate(ctx context.Context) (*policy.Result, error) {
 }
 
 // prepare loads the module and parses the input of run and bench.
-func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags, rt *runtimeFlags, poolSize int) (*prepared, error) {
+func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags, rt *runtimeFlags, caps *capabilityFlags, poolSize int) (*prepared, error) {
 	settings, err := in.settings()
 	if err != nil {
 		return nil, err
@@ -147,23 +155,35 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 	if err != nil {
 		return nil, err
 	}
-	m, err := newResolver().Resolve(ctx, uri)
+	resolver := newResolver()
+	m, err := resolver.Resolve(ctx, uri)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.Read(m.Wasm)
+	if err != nil {
+		return nil, err
+	}
+	hostCalls, capsDone, err := caps.hostCalls(uri, md, registryOf(resolver), rt.logger())
 	if err != nil {
 		return nil, err
 	}
 	h, err := rt.newHost(ctx)
 	if err != nil {
+		_ = capsDone()
 		return nil, err
 	}
 	p, err := h.Load(ctx, policy.Spec{
 		ID: uri, Module: m.Wasm, Settings: settings,
 		Timeout: rt.timeout, MemoryLimitBytes: rt.memoryLimit, PoolSize: poolSize,
+		HostCalls: hostCalls,
 	})
 	if err != nil {
 		_ = h.Close(ctx)
+		_ = capsDone()
 		return nil, err
 	}
-	out := &prepared{host: h, policy: p}
+	out := &prepared{host: h, policy: p, capsDone: capsDone}
 	if in.raw || p.Metadata().IsRaw() {
 		out.raw = unwrapRaw(reqBytes)
 		var u struct {

@@ -85,6 +85,15 @@ type lazyRegistry struct {
 }
 
 func (l *lazyRegistry) Fetch(ctx context.Context, uri string) ([]byte, string, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, "", err
+	}
+	return c.Fetch(ctx, uri)
+}
+
+// get opens the client on first use.
+func (l *lazyRegistry) get() (*oci.Client, error) {
 	l.once.Do(func() {
 		if l.open != nil {
 			l.client, l.err = l.open()
@@ -92,10 +101,7 @@ func (l *lazyRegistry) Fetch(ctx context.Context, uri string) ([]byte, string, e
 			l.client, l.err = l.flags.client()
 		}
 	})
-	if l.err != nil {
-		return nil, "", l.err
-	}
-	return l.client.Fetch(ctx, uri)
+	return l.client, l.err
 }
 
 // writeFileAtomic writes a file through a temporary file in the same directory.

@@ -10,6 +10,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		in     inputFlags
 		rt     runtimeFlags
+		caps   capabilityFlags
 		output string
 	)
 	cmd := &cobra.Command{
@@ -36,7 +37,7 @@ Exit status: 0 when the policy was evaluated (accepted or not), 1 otherwise
 				return err
 			}
 			ctx := cmd.Context()
-			p, err := prepare(ctx, cmd, args[0], &in, &rt, 1)
+			p, err := prepare(ctx, cmd, args[0], &in, &rt, &caps, 1)
 			if err != nil {
 				return err
 			}
@@ -50,6 +51,7 @@ Exit status: 0 when the policy was evaluated (accepted or not), 1 otherwise
 	}
 	in.register(cmd)
 	rt.register(cmd)
+	caps.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (indented) or yaml; default one line of JSON")
 	return cmd
 }

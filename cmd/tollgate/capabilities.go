@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tollgate-dev/tollgate/host/capabilities"
+	"github.com/tollgate-dev/tollgate/host/metadata"
+	"github.com/tollgate-dev/tollgate/host/module"
+	"github.com/tollgate-dev/tollgate/host/wasm"
+)
+
+// capabilityFlags are kwctl's host-capability flags of run and bench.
+type capabilityFlags struct {
+	allowContextAware bool
+	kubeconfig        string
+	kubeContext       string
+	record            string
+	replay            string
+	allowed           []string
+	maxCachedObjects  int
+	// repeat replays the session over and over (bench).
+	repeat bool
+}
+
+func (f *capabilityFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.BoolVar(&f.allowContextAware, "allow-context-aware", false, "let the policy get and list the Kubernetes resources its metadata declares (contextAwareResources)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster context-aware policies read (default $KUBECONFIG or ~/.kube/config, else in-cluster)")
+	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context (default its current context)")
+	fs.StringVar(&f.record, "record-host-capabilities-interactions", "", "record the policy's host calls and their answers to `FILE` (kwctl's session format)")
+	fs.StringVar(&f.replay, "replay-host-capabilities-interactions", "", "answer the policy's host calls from `FILE` (a session recorded by kwctl or tollgate), without a cluster or registry")
+	fs.StringSliceVar(&f.allowed, "allowed-host-capabilities", []string{"*"}, "host capabilities the policy may use: *, a prefix such as oci/* or kubernetes/*, or one capability such as net/v1/dns_lookup_host")
+	fs.IntVar(&f.maxCachedObjects, "max-cached-objects", capabilities.DefaultMaxCachedObjects, "most objects cached per Kubernetes resource; a resource with more is read by direct calls")
+	cmd.MarkFlagsMutuallyExclusive("record-host-capabilities-interactions", "replay-host-capabilities-interactions")
+}
+
+// hostCalls makes the host capabilities of the policy run or bench loads:
+// its host-call handler and a function to call when done (it finishes a
+// recording and reports replayed sessions with exchanges left over).
+func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyRegistry, logger *slog.Logger) (wasm.HostCallHandler, func() error, error) {
+	var declared []metadata.ContextAwareResource
+	if md != nil {
+		declared = md.ContextAwareResources
+	}
+	allow := capabilities.Allow{HostCapabilities: f.allowed}
+	switch {
+	case f.allowContextAware && len(declared) == 0:
+		logger.Warn("--allow-context-aware: the policy's metadata declares no contextAwareResources; its kubernetes get and list calls will be denied")
+	case !f.allowContextAware && len(declared) > 0:
+		logger.Warn("the policy declares contextAwareResources, but --allow-context-aware is not set: its kubernetes get and list calls will be denied")
+	case f.allowContextAware:
+		for _, r := range declared {
+			allow.Resources = append(allow.Resources, capabilities.Resource{APIVersion: r.APIVersion, Kind: r.Kind})
+		}
+	}
+	opts := capabilities.Options{Logger: logger}
+	if reg != nil {
+		opts.OCI = registryCapability{reg}
+	}
+	var err error
+	if f.replay != "" {
+		if opts.Replay, err = capabilities.LoadSession(f.replay); err != nil {
+			return nil, nil, fmt.Errorf("--replay-host-capabilities-interactions: %w", err)
+		}
+		if f.repeat {
+			opts.Replay.Repeat()
+		}
+	} else if len(allow.Resources) > 0 {
+		cfg, err := capabilities.RESTConfig(f.kubeconfig, f.kubeContext)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--allow-context-aware: %w", err)
+		}
+		if opts.Kubernetes, err = capabilities.NewKubernetesForConfig(cfg, capabilities.KubeOptions{MaxCachedObjects: f.maxCachedObjects}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if f.record != "" {
+		if opts.Record, err = capabilities.NewRecorder(f.record); err != nil {
+			return nil, nil, fmt.Errorf("--record-host-capabilities-interactions: %w", err)
+		}
+	}
+	h := capabilities.New(opts)
+	call, err := h.ForPolicy(id, allow)
+	if err != nil {
+		h.Close()
+		return nil, nil, fmt.Errorf("--allowed-host-capabilities: %w", err)
+	}
+	done := func() error {
+		h.Close()
+		var errs []error
+		if opts.Record != nil {
+			errs = append(errs, opts.Record.Close())
+		}
+		if opts.Replay != nil && opts.Replay.Remaining() > 0 && !f.repeat {
+			logger.Warn("some recorded host-capability exchanges were not replayed", "file", f.replay, "left", opts.Replay.Remaining(), "total", opts.Replay.Len())
+		}
+		return errors.Join(errs...)
+	}
+	return call, done, nil
+}
+
+// registryCapability answers the oci capabilities with the registry client
+// of registry:// modules (same sources.yml, credentials and store).
+type registryCapability struct{ l *lazyRegistry }
+
+func (r registryCapability) ImageDigest(ctx context.Context, image string) (string, error) {
+	c, err := r.l.get()
+	if err != nil {
+		return "", err
+	}
+	return c.ImageDigest(ctx, image)
+}
+
+func (r registryCapability) ImageManifest(ctx context.Context, image string) (string, string, []byte, error) {
+	c, err := r.l.get()
+	if err != nil {
+		return "", "", nil, err
+	}
+	return c.ImageManifest(ctx, image)
+}
+
+func (r registryCapability) ImageManifestAndConfig(ctx context.Context, image string) ([]byte, string, []byte, error) {
+	c, err := r.l.get()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return c.ImageManifestAndConfig(ctx, image)
+}
+
+// registryOf is the resolver's registry client, when it is tollgate's.
+func registryOf(r *module.Resolver) *lazyRegistry {
+	l, _ := r.Registry.(*lazyRegistry)
+	return l
+}
