@@ -61,6 +61,7 @@ requests and exits.`,
 	o.AddFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&sendDemo, "demo", false, "once serving, send one sample request per example policy to the server and print the answers")
 	cmd.Flags().BoolVar(&demoExit, "demo-exit", false, "with --demo: shut down (draining) after printing the answers")
+	addConfigMapFlags(cmd)
 	return cmd
 }
 
@@ -178,6 +179,9 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	so := server.Options{Config: cfg, Loader: loader, Logger: logger, TLS: tlsCfg, Certs: certs, Reread: reread}
 	if o.Watch && !cfg.Embedded {
 		so.WatchFiles = []string{o.PoliciesPath}
+	}
+	if err := withPoliciesConfigMap(cmd, &so, opts, cfg.Sources, logger); err != nil {
+		return err
 	}
 	// signals are caught before the server is reachable: a SIGHUP must never
 	// meet the default action (exit)

@@ -189,6 +189,7 @@ type harnessOpts struct {
 	noStart  bool
 	retry    time.Duration // Options.RetryInterval; 0 disables retries in tests
 	volume   bool          // policies.yml lives in a ConfigMap volume written as kubelet does (h.volume)
+	api      APISource     // Options.API (ParseAPI parses as Reread does)
 }
 
 func start(t testing.TB, ho harnessOpts) *harness {
@@ -251,6 +252,16 @@ func start(t testing.TB, ho harnessOpts) *harness {
 		}}
 	if ho.watch {
 		so.WatchFiles = []string{h.pfile}
+	}
+	if ho.api != nil {
+		so.API = ho.api
+		so.ParseAPI = func(b []byte) (*config.Config, error) {
+			pols, warns, err := config.ParsePolicies("configmap", b)
+			if err != nil {
+				return nil, err
+			}
+			return &config.Config{Options: o, Policies: pols, Warnings: warns, Source: b}, nil
+		}
 	}
 	so.RetryInterval = -1
 	if ho.retry > 0 {

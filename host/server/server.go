@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-dev/tollgate/host/config"
@@ -53,6 +54,16 @@ type Options struct {
 	Reread func() (*config.Config, []byte, error)
 	// WatchFiles are watched for changes that trigger a reload.
 	WatchFiles []string
+	// API, when set, delivers the configuration's content through the
+	// Kubernetes API (the policy server's ConfigMap): each new content
+	// reloads at once (trigger "configmap"). Once it has delivered content,
+	// every reload reads the newest API content instead of calling Reread,
+	// whatever triggered it: the files are the start-up source, and serve
+	// only until the API answers, so a file lagging behind never takes the
+	// server back to older content. ParseAPI is required with it.
+	API APISource
+	// ParseAPI parses content delivered by API (as Reread parses the file).
+	ParseAPI func(src []byte) (*config.Config, error)
 	// Certs, when set, is the certificate reloader behind TLS; the server
 	// reports its reloads and expiry as metrics.
 	Certs *CertReloader
@@ -60,6 +71,9 @@ type Options struct {
 	// in which some policies failed to load (doubling up to 5 minutes while
 	// they keep failing). Zero means 30 s; negative disables retries.
 	RetryInterval time.Duration
+	// Metrics are more collectors served on /metrics (the host
+	// capabilities' tollgate_capability_*).
+	Metrics []prometheus.Collector
 }
 
 // Server is the admission webhook.
@@ -84,6 +98,7 @@ type Server struct {
 	probeLn net.Listener
 	bg      sync.WaitGroup
 	stop    chan struct{}
+	api     *apiState // nil without Options.API
 	retired sync.WaitGroup
 	// lastCloser is closed when the most recently retired set has closed
 	// its policies; each retirement waits for the previous one, so a policy
@@ -99,11 +114,20 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.Config == nil || o.Loader == nil {
 		return nil, errors.New("server: Config and Loader are required")
 	}
+	if o.API != nil && o.ParseAPI == nil {
+		return nil, errors.New("server: API needs ParseAPI")
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, opts: o.Config.Options, log: o.Logger, m: newMetrics(), stop: make(chan struct{})}
 	s.lim = newLimiter(s.opts.Workers, s.opts.EffectiveQueueSize())
+	for _, c := range o.Metrics {
+		s.m.reg.MustRegister(c)
+	}
+	if o.API != nil {
+		s.api = newAPIState(s.m.reg)
+	}
 	for _, w := range o.Config.Warnings {
 		s.log.Warn("configuration warning", "warning", w)
 	}
@@ -144,9 +168,13 @@ func (s *Server) certReloadHook() func(ok bool, notAfter time.Time) {
 	}
 }
 
-// warnContextAware says that Kubernetes host calls are not served yet: a
-// context-aware policy loads, but its kubernetes/* host calls get an error.
+// warnContextAware says, when the loader has no host capabilities (no
+// HostLoader.HostCalls), that a context-aware policy loads but its
+// kubernetes/* host calls get an error.
 func (s *Server) warnContextAware(cfg *config.Config) {
+	if hostCallsOf(s.o.Loader) != nil {
+		return // served by the loader's host capabilities
+	}
 	for _, p := range cfg.Policies {
 		n := len(p.ContextAwareResources)
 		if p.Group != nil {
@@ -216,8 +244,9 @@ func (s *Server) acquire() *policySet {
 	}
 }
 
-// Reload rebuilds the policy set from Options.Reread and swaps it in. force
-// reloads an unchanged file too.
+// Reload rebuilds the policy set from Options.Reread (or the newest content
+// Options.API delivered, once there is one) and swaps it in. force reloads an
+// unchanged file too.
 //
 // A file that cannot be read, parsed or validated is rejected as a whole:
 // the current set keeps serving and the error wraps ErrReload. Otherwise the
@@ -228,7 +257,7 @@ func (s *Server) acquire() *policySet {
 // failed already. An adopted file with such policies returns an error
 // wrapping ErrPolicyLoad that names them.
 func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
-	if s.o.Reread == nil {
+	if s.o.Reread == nil && s.o.API == nil {
 		return fmt.Errorf("%w: reloading is not configured", ErrReload)
 	}
 	s.reloadMu.Lock()
@@ -236,7 +265,7 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	if s.closing.Load() {
 		return fmt.Errorf("%w: the server is shutting down", ErrReload)
 	}
-	cfg, src, err := s.o.Reread()
+	cfg, src, err := s.reread()
 	digest := ""
 	if src != nil {
 		digest = status.Digest(src)
@@ -366,7 +395,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if len(s.o.WatchFiles) > 0 && s.o.Reread != nil {
 		s.watch(ctx)
 	}
-	if s.o.Reread != nil && s.o.RetryInterval >= 0 {
+	if s.o.API != nil {
+		s.watchAPI(ctx)
+	}
+	if (s.o.Reread != nil || s.o.API != nil) && s.o.RetryInterval >= 0 {
 		s.retryFailed(ctx)
 	}
 	s.ready.Store(true)
