@@ -61,6 +61,7 @@ requests and exits.`,
 	o.AddFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&sendDemo, "demo", false, "once serving, send one sample request per example policy to the server and print the answers")
 	cmd.Flags().BoolVar(&demoExit, "demo-exit", false, "with --demo: shut down (draining) after printing the answers")
+	addCapabilityFlags(cmd)
 	addConfigMapFlags(cmd)
 	return cmd
 }
@@ -177,6 +178,11 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		return &config.Config{Options: opts, Policies: pols, Warnings: warns, Sources: cfg.Sources, Source: b}, b, nil
 	}
 	so := server.Options{Config: cfg, Loader: loader, Logger: logger, TLS: tlsCfg, Certs: certs, Reread: reread}
+	closeCapabilities, err := withCapabilities(cmd, loader, &so, cfg, resolver, logger)
+	if err != nil {
+		return err
+	}
+	defer closeCapabilities()
 	if o.Watch && !cfg.Embedded {
 		so.WatchFiles = []string{o.PoliciesPath}
 	}

@@ -50,6 +50,19 @@ func (f ResolverFunc) Resolve(ctx context.Context, uri string) ([]byte, error) {
 type HostLoader struct {
 	Host     *policy.Host
 	Resolver Resolver
+	// HostCalls, when set, makes the host-call handler of each policy (and
+	// group member, id "group/member") it loads from the Kubernetes
+	// resources the entry declares (host/capabilities); an error fails that
+	// policy's load. Nil: policies' host calls (but logging) get an error.
+	HostCalls func(id string, resources []config.ContextAwareResource) (wasm.HostCallHandler, error)
+}
+
+// hostCallsOf is the loader's host-call maker, nil when it has none.
+func hostCallsOf(l Loader) func(string, []config.ContextAwareResource) (wasm.HostCallHandler, error) {
+	if hl, ok := l.(*HostLoader); ok {
+		return hl.HostCalls
+	}
+	return nil
 }
 
 // Resolve fetches the module and digests it.
@@ -298,10 +311,18 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 					return
 				}
 			}
-			ev, err := l.Load(ctx, policy.Spec{
+			spec := policy.Spec{
 				ID: u.id, Module: f.wasm, Digest: f.digest, Settings: u.settings, Timeout: timeout,
 				MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
-			})
+			}
+			var err error
+			if hc := hostCallsOf(l); hc != nil {
+				spec.HostCalls, err = hc(u.id, car)
+			}
+			var ev Evaluator
+			if err == nil {
+				ev, err = l.Load(ctx, spec)
+			}
 			smu.Lock()
 			defer smu.Unlock()
 			if err != nil {
