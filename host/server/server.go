@@ -394,6 +394,15 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 	if len(s.o.WatchFiles) > 0 && s.o.Reread != nil {
 		s.watch(ctx)
+		// New read the file before the watch existed: a change made while the first set
+		// loaded (seconds, minutes for a cold compilation) raised no event and would wait for
+		// the next one. Read it once more now that changes are watched (unchanged bytes cost
+		// one read).
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			_ = s.Reload(ctx, "file", false)
+		}()
 	}
 	if s.o.API != nil {
 		s.watchAPI(ctx)

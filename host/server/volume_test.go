@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -207,4 +208,40 @@ func TestSecretVolumeCertRotation(t *testing.T) {
 		t.Logf("certificate %s served after %v", cn, time.Since(rotated).Round(time.Millisecond))
 	}
 	l.finish(t)
+}
+
+// TestChangeDuringFirstLoadIsServed: the file changes after New read it and before Start
+// watches it (as when the operator rewrites the ConfigMap while a new server loads its first
+// set): Start reads it again, so the change is served without waiting for another event.
+func TestChangeDuringFirstLoadIsServed(t *testing.T) {
+	labels := wasmPath(t, "examples/required-labels")
+	file := func(label string) string {
+		return fmt.Sprintf("labels:\n  module: %s\n  settings: {mandatory_labels: [%s]}\n", labels, label)
+	}
+	h := start(t, harnessOpts{policies: file("owner"), volume: true, watch: true, noStart: true})
+	h.volume.write(map[string]string{"policies.yml": file("team")})
+	if err := h.srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.srv.Shutdown(ctx)
+	})
+	want := status.Digest([]byte(file("team")))
+	var got status.Policies
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		resp, err := http.Get("http://" + h.srv.ProbeAddr() + "/policies")
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&got)
+			resp.Body.Close()
+		}
+		if err == nil && got.ConfigDigest == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the file written before Start is not served after 5s: configDigest %q, want %q (err %v)", got.ConfigDigest, want, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
