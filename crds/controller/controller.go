@@ -64,6 +64,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// client-go's default client-side limit (5 requests/s, burst 10) throttled activating 200
+	// policies to 47-58 s (18.7 s without it): leave flow control to the apiserver (API
+	// Priority and Fairness), as controller-runtime's own GetConfig does.
+	if cfg.QPS == 0 {
+		cfg.QPS = -1
+	}
 	lg := logr.FromSlogHandler(o.Logger.Handler())
 	log.SetLogger(lg)
 	ns := map[string]cache.Config{o.Namespace: {}}
