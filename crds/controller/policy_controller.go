@@ -271,7 +271,11 @@ func (r *policyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	id := PolicyID(r.kind, p.GetNamespace(), p.GetName())
 	if !p.GetDeletionTimestamp().IsZero() {
-		return reconcile.Result{}, r.finalize(ctx, p, id)
+		err := r.finalize(ctx, p, id)
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil // read again, quietly
+		}
+		return reconcile.Result{}, err
 	}
 	if !controllerutil.ContainsFinalizer(p, v1.PolicyFinalizer) {
 		controllerutil.AddFinalizer(p, v1.PolicyFinalizer)

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -43,8 +44,9 @@ const (
 const webhookCleanupPoll = 2 * time.Second
 
 // PolicyServerReconciler keeps, for every PolicyServer, a ServiceAccount, a Secret with its
-// certificate, a ConfigMap with policies.yml and sources.yml, a Deployment, a Service and a
-// PodDisruptionBudget (when asked) in the controller's namespace, all named
+// certificate, a ConfigMap with policies.yml and sources.yml, a Role and RoleBinding that let
+// the server read that ConfigMap, a Deployment, a Service and a PodDisruptionBudget (when
+// asked) in the controller's namespace, all named
 // PolicyServerObjectName and controlled by the PolicyServer (so that garbage collection
 // removes them with it). It writes an object only when what it owns of it differs.
 type PolicyServerReconciler struct {
@@ -57,8 +59,10 @@ type PolicyServerReconciler struct {
 }
 
 // RBAC of the PolicyServer reconciler (package-level markers for controller-gen; Secrets,
-// ConfigMaps, Services, ServiceAccounts, Deployments, PodDisruptionBudgets and Leases are in
-// the controller's namespace only):
+// ConfigMaps, Services, ServiceAccounts, Deployments, PodDisruptionBudgets, Roles,
+// RoleBindings and Leases are in the controller's namespace only; the Role it gives each
+// policy server grants get, list and watch on one ConfigMap, which the controller holds, so
+// creating and binding it needs no escalate or bind verb):
 //
 // +kubebuilder:rbac:groups=policies.tollgate.dev,resources=policyservers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=policies.tollgate.dev,resources=policyservers/status,verbs=get;update;patch
@@ -67,6 +71,7 @@ type PolicyServerReconciler struct {
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations;mutatingwebhookconfigurations,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
@@ -84,6 +89,8 @@ func (r *PolicyServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
 		Owns(&policyv1.PodDisruptionBudget{})
 	for _, obj := range []client.Object{&v1.ClusterAdmissionPolicy{}, &v1.AdmissionPolicy{}, &v1.ClusterAdmissionPolicyGroup{}, &v1.AdmissionPolicyGroup{}} {
 		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(mapPolicyToServer))
@@ -154,13 +161,22 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if !controllerutil.ContainsFinalizer(ps, v1.PolicyServerFinalizer) {
 		patch := client.MergeFromWithOptions(ps.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(ps, v1.PolicyServerFinalizer)
-		if err := r.Client.Patch(ctx, ps, patch); err != nil {
+		if err := r.Client.Patch(ctx, ps, patch); apierrors.IsConflict(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		} else if err != nil {
 			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
 	before := ps.Status.DeepCopy()
 	var errs []error
+	conflict := false
 	step := func(cond string, err error, okMsg string) {
+		if apierrors.IsConflict(err) {
+			// A write raced with another, or the cache lags behind our last write: nothing
+			// failed, the object is read again shortly (the condition stays as it was).
+			conflict = true
+			return
+		}
 		c := metav1.Condition{Type: cond, Status: metav1.ConditionTrue, Reason: v1.ReasonReconciliationSucceeded, Message: okMsg, ObservedGeneration: ps.Generation}
 		if err != nil {
 			errs = append(errs, err)
@@ -183,6 +199,7 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		ps.Status.ReadyReplicas = dep.Status.ReadyReplicas
 	}
 	step(v1.ConditionServiceReconciled, r.reconcileService(ctx, ps), "")
+	step(v1.ConditionRBACReconciled, r.reconcileRBAC(ctx, ps), "")
 	step(v1.ConditionPDBReconciled, r.reconcilePDB(ctx, ps), "")
 	ps.Status.ObservedGeneration = ps.Generation
 
@@ -191,6 +208,9 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	}
 	if len(errs) > 0 {
 		return reconcile.Result{}, errors.Join(errs...)
+	}
+	if conflict {
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
 	}
 	if recheck <= 0 || recheck > r.Options.CertCheckInterval {
 		recheck = r.Options.CertCheckInterval

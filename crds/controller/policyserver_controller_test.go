@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"reflect"
@@ -14,11 +15,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/record"
@@ -42,6 +45,8 @@ type psEnv struct {
 	r      *PolicyServerReconciler
 	rec    *record.FakeRecorder
 	writes []string
+	// failUpdate, when set, is the error of every Update (after it is counted).
+	failUpdate error
 }
 
 func newPSEnv(t *testing.T, objs ...client.Object) *psEnv {
@@ -59,6 +64,9 @@ func newPSEnv(t *testing.T, objs ...client.Object) *psEnv {
 			},
 			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 				count("update", obj)
+				if e.failUpdate != nil {
+					return e.failUpdate
+				}
 				return c.Update(ctx, obj, opts...)
 			},
 			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
@@ -141,7 +149,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 	}
 	wantWrites := []string{"patch PolicyServer default", "create Secret tollgate-ca", "create Secret policy-server-default", "create ConfigMap policy-server-default",
 		"create ServiceAccount policy-server-default", "create Deployment policy-server-default", "create Service policy-server-default",
-		"patch-status PolicyServer default"}
+		"create Role policy-server-default", "create RoleBinding policy-server-default", "patch-status PolicyServer default"}
 	if !slices.Equal(writes, wantWrites) {
 		t.Errorf("writes:\n%s\nwant\n%s", strings.Join(writes, "\n"), strings.Join(wantWrites, "\n"))
 	}
@@ -154,7 +162,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 	if !slices.Contains(ps.Finalizers, v1.PolicyServerFinalizer) {
 		t.Error("no finalizer")
 	}
-	for _, typ := range []string{v1.ConditionCertSecretReconciled, v1.ConditionConfigMapReconciled, v1.ConditionDeploymentReconciled, v1.ConditionServiceReconciled, v1.ConditionPDBReconciled} {
+	for _, typ := range []string{v1.ConditionCertSecretReconciled, v1.ConditionConfigMapReconciled, v1.ConditionDeploymentReconciled, v1.ConditionServiceReconciled, v1.ConditionRBACReconciled, v1.ConditionPDBReconciled} {
 		if !meta.IsStatusConditionTrue(ps.Status.Conditions, typ) {
 			t.Errorf("condition %s not true: %+v", typ, meta.FindStatusCondition(ps.Status.Conditions, typ))
 		}
@@ -201,6 +209,9 @@ func TestPolicyServerReconcile(t *testing.T) {
 	checkOwned(t, dep, "default")
 	checkDeployment(t, dep)
 	template := dep.Spec.Template.DeepCopy()
+
+	// The Role and RoleBinding: the server's ServiceAccount may read its ConfigMap, nothing else.
+	checkServerRBAC(t, e, "default", "policy-server-default")
 
 	// Nothing changed: nothing is written.
 	if _, err, writes := e.reconcile("default"); err != nil || len(writes) != 0 {
@@ -299,7 +310,7 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment) {
 		t.Fatalf("containers: %d", len(spec.Containers))
 	}
 	c := spec.Containers[0]
-	wantArgs := []string{"serve", "--policies=/config/policies.yml", "--sources-path=/config/sources.yml", "--cert-file=/pki/tls.crt",
+	wantArgs := []string{"serve", "--policies=/config/policies.yml", "--policies-configmap=tollgate/policy-server-default", "--sources-path=/config/sources.yml", "--cert-file=/pki/tls.crt",
 		"--key-file=/pki/tls.key", "--port=8443", "--readiness-probe-port=8081", "--cache-dir=/cache", "--log-fmt=json",
 		"--always-accept-admission-reviews-on-namespace=tollgate"}
 	if c.Name != ContainerName || c.Image != "ghcr.io/tollgate-dev/tollgate:v1" || !slices.Equal(c.Args, wantArgs) {
@@ -413,6 +424,8 @@ func TestPolicyServerDeploymentOptions(t *testing.T) {
 	if _, err, _ := e.reconcile("p"); err != nil {
 		t.Errorf("with the pull secret: %v", err)
 	}
+	// The RoleBinding names spec.serviceAccountName.
+	checkServerRBAC(t, e, "p", "mine")
 	got = e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
 	got.Spec.VerificationConfig = "verify"
 	if err := e.c.Update(e.ctx, got); err != nil {
@@ -538,5 +551,67 @@ func TestMapPolicyToServer(t *testing.T) {
 		Spec: v1.AdmissionPolicyGroupSpec{WebhookSpec: v1.WebhookSpec{PolicyServer: "edge"}}})
 	if len(reqs) != 1 || reqs[0].Name != "edge" || reqs[0].Namespace != "" {
 		t.Errorf("%v", reqs)
+	}
+}
+
+// checkServerRBAC: ps's Role grants get, list and watch on its ConfigMap only, and its
+// RoleBinding binds that Role to sa; both are owned by ps. A subject changed by hand is put back.
+func checkServerRBAC(t *testing.T, e *psEnv, ps, sa string) {
+	t.Helper()
+	name := "policy-server-" + ps
+	role := e.get(&rbacv1.Role{}, name).(*rbacv1.Role)
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{name}, Verbs: []string{"get", "list", "watch"}}}
+	if !equality.Semantic.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("Role rules %+v", role.Rules)
+	}
+	checkOwned(t, role, ps)
+	rb := e.get(&rbacv1.RoleBinding{}, name).(*rbacv1.RoleBinding)
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: psTestNS}}
+	if rb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}) || !equality.Semantic.DeepEqual(rb.Subjects, wantSubjects) {
+		t.Errorf("RoleBinding %+v %+v", rb.RoleRef, rb.Subjects)
+	}
+	checkOwned(t, rb, ps)
+	rb.Subjects = []rbacv1.Subject{{Kind: "ServiceAccount", Name: "intruder", Namespace: psTestNS}}
+	if err := e.c.Update(e.ctx, rb); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, writes := e.reconcile(ps); !slices.Contains(writes, "update RoleBinding "+name) {
+		t.Errorf("a changed RoleBinding is not put back: writes %v", writes)
+	}
+	rb = e.get(&rbacv1.RoleBinding{}, name).(*rbacv1.RoleBinding)
+	if !equality.Semantic.DeepEqual(rb.Subjects, wantSubjects) {
+		t.Errorf("RoleBinding subjects after the reconcile %+v", rb.Subjects)
+	}
+}
+
+// TestPolicyServerConflictIsQuiet: a write that conflicts (another writer, or the cache behind
+// the controller's own last write) is retried soon without an error, a failed condition or an
+// Event.
+func TestPolicyServerConflictIsQuiet(t *testing.T) {
+	e := newPSEnv(t, psObj("default"), psCAP("a", "default", `{"x":1}`))
+	if _, err, _ := e.reconcile("default"); err != nil {
+		t.Fatal(err)
+	}
+	e.events()
+	a := e.get(&v1.ClusterAdmissionPolicy{}, "a").(*v1.ClusterAdmissionPolicy)
+	a.Spec.Settings = runtime.RawExtension{Raw: []byte(`{"x":2}`)}
+	if err := e.c.Update(e.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	e.failUpdate = apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "policy-server-default", errors.New("the object has been modified"))
+	res, err, _ := e.reconcile("default")
+	if err != nil || res.RequeueAfter != conflictRetry {
+		t.Fatalf("conflict: result %+v, err %v", res, err)
+	}
+	ps := e.get(&v1.PolicyServer{}, "default").(*v1.PolicyServer)
+	if !meta.IsStatusConditionTrue(ps.Status.Conditions, v1.ConditionConfigMapReconciled) {
+		t.Errorf("a conflict failed the condition: %+v", meta.FindStatusCondition(ps.Status.Conditions, v1.ConditionConfigMapReconciled))
+	}
+	if ev := e.events(); len(ev) != 0 {
+		t.Errorf("events on a conflict: %v", ev)
+	}
+	e.failUpdate = nil
+	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "update ConfigMap policy-server-default") {
+		t.Fatalf("after the conflict: err %v, writes %v", err, writes)
 	}
 }

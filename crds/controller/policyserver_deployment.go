@@ -42,6 +42,7 @@ func ServerArgs(ps *v1.PolicyServer, o Options) []string {
 	args := []string{
 		"serve",
 		"--policies=" + ConfigMountPath + "/" + PoliciesKey,
+		"--policies-configmap=" + o.Namespace + "/" + PolicyServerObjectName(ps.Name),
 		"--sources-path=" + ConfigMountPath + "/" + SourcesKey,
 		"--cert-file=" + CertMountPath + "/" + TLSCertKey,
 		"--key-file=" + CertMountPath + "/" + TLSKeyKey,
@@ -119,10 +120,7 @@ func (r *PolicyServerReconciler) desiredDeployment(ps *v1.PolicyServer) *appsv1.
 	if podSC == nil {
 		podSC = &corev1.PodSecurityContext{RunAsNonRoot: &ro, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
 	}
-	sa := ps.Spec.ServiceAccountName
-	if sa == "" {
-		sa = PolicyServerObjectName(ps.Name)
-	}
+	sa := serverServiceAccount(ps)
 	var affinity *corev1.Affinity
 	if !equality.Semantic.DeepEqual(ps.Spec.Affinity, corev1.Affinity{}) {
 		affinity = ps.Spec.Affinity.DeepCopy()

@@ -10,7 +10,7 @@ import (
 )
 
 // reconcileServiceAccount keeps the ServiceAccount the pods run as when spec.serviceAccountName
-// is empty. It holds no permissions: the policy server does not call the Kubernetes API.
+// is empty. Its only permission is the Role of policyserver_rbac.go: reading its ConfigMap.
 func (r *PolicyServerReconciler) reconcileServiceAccount(ctx context.Context, ps *v1.PolicyServer) error {
 	sa := &corev1.ServiceAccount{ObjectMeta: r.objectMeta(ps)}
 	if _, err := createOrUpdate(ctx, r.Client, ps, sa, func(*corev1.ServiceAccount) (bool, error) { return false, nil }); err != nil {

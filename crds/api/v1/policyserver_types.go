@@ -146,7 +146,8 @@ type PolicyServerStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Conditions: CertSecretReconciled, ConfigMapReconciled, DeploymentReconciled,
-	// ServiceReconciled, PodDisruptionBudgetReconciled, PolicyWebhooksCleanedUp, Ready.
+	// ServiceReconciled, RBACReconciled, PodDisruptionBudgetReconciled, PolicyWebhooksCleanedUp,
+	// Ready.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -168,6 +169,7 @@ const (
 	ConditionConfigMapReconciled     = "ConfigMapReconciled"
 	ConditionDeploymentReconciled    = "DeploymentReconciled"
 	ConditionServiceReconciled       = "ServiceReconciled"
+	ConditionRBACReconciled          = "RBACReconciled"
 	ConditionPDBReconciled           = "PodDisruptionBudgetReconciled"
 	ConditionPolicyWebhooksCleanedUp = "PolicyWebhooksCleanedUp"
 	ReasonReconciliationSucceeded    = "ReconciliationSucceeded"
