@@ -54,6 +54,12 @@ func withPoliciesConfigMap(cmd *cobra.Command, so *server.Options, opts config.O
 	kubeconfig, _ := cmd.Flags().GetString("kubeconfig")
 	kubeContext, _ := cmd.Flags().GetString("context")
 	rc, err := controller.RestConfig(kubeconfig, kubeContext)
+	if err != nil && kubeconfig == "" && kubeContext == "" {
+		// Not in a cluster (or no token mounted) and no kubeconfig: the API path is an
+		// improvement, never a requirement; the mounted file serves alone.
+		logger.Warn("--policies-configmap: no Kubernetes client configuration; serving the --policies file only", "configmap", ref, "error", err)
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("--policies-configmap: %w", err)
 	}
