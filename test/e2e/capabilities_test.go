@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestCapabilities runs `tollgate run --allow-context-aware --kubeconfig` on a context-aware
+// policy (the misbehave fixture annotated with contextAwareResources, whose settings name the
+// host call it makes) against live objects of the real kube-apiserver: get, list with label and
+// field selectors, not-found and undeclared-kind errors, can_i through SubjectAccessReview, a
+// recorded session replayed without the cluster, and bench answering from the informer cache.
+func TestCapabilities(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := env.cluster
+	for name, labels := range map[string]map[string]string{
+		"cap-labelled": {"cost-center": "cc-1"},
+		"cap-bare":     nil,
+	} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+
+	dir := t.TempDir()
+	md := filepath.Join(dir, "metadata.yml")
+	if err := os.WriteFile(md, []byte("rules:\n- {apiGroups: [''], apiVersions: [v1], resources: [pods], operations: [CREATE]}\n"+
+		"mutating: false\ncontextAwareResources:\n- {apiVersion: v1, kind: Namespace}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "policy.wasm")
+	tollgateRun(t, ctx, "annotate", "-m", md, "-o", policy, filepath.Join(env.root, "test/testdata/policies/misbehave/policy.raw.wasm"))
+	req := filepath.Join(env.root, "examples/capabilities-drop/testdata/pod-adds-capabilities.json")
+	hostcall := func(op string, payload any) string {
+		b, _ := json.Marshal(map[string]any{"behaviour": "hostcall", "namespace": "kubernetes", "operation": op, "payload": payload})
+		return string(b)
+	}
+	live := []string{"--allow-context-aware", "--kubeconfig", c.Kubeconfig, "--cache-dir", filepath.Join(env.dir, "wasm-cache")}
+	message := func(args ...string) string {
+		t.Helper()
+		out, _ := tollgateRun(t, ctx, append([]string{"run", policy, "-r", req}, args...)...)
+		var r struct {
+			Status struct{ Message string } `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return r.Status.Message
+	}
+
+	getLabelled := hostcall("get_resource", map[string]any{"api_version": "v1", "kind": "Namespace", "name": "cap-labelled", "namespace": "", "disable_cache": false})
+	listSelected := hostcall("list_resources_all", map[string]any{"api_version": "v1", "kind": "Namespace", "label_selector": "cost-center", "field_masks": []string{"metadata.name"}})
+	tests := []struct {
+		name, settings string
+		want, notWant  []string
+	}{
+		{"get", getLabelled, []string{`host answered: {"apiVersion":"v1","kind":"Namespace"`, `"cost-center":"cc-1"`, `"name":"cap-labelled"`}, []string{"managedFields"}},
+		{"get missing", hostcall("get_resource", map[string]any{"api_version": "v1", "kind": "Namespace", "name": "cap-none", "disable_cache": false}),
+			[]string{"host call failed: Host error: Callback evaluation failure: Cannot find v1/Namespace named 'cap-none' inside of namespace 'None'"}, nil},
+		{"list by label", listSelected, []string{`"kind":"NamespaceList"`, `"name":"cap-labelled"`}, []string{"cap-bare"}},
+		{"list by field", hostcall("list_resources_all", map[string]any{"api_version": "v1", "kind": "Namespace", "field_selector": "metadata.name=cap-bare"}),
+			[]string{`"name":"cap-bare"`}, []string{"cap-labelled"}},
+		{"undeclared kind", hostcall("list_resources_by_namespace", map[string]any{"api_version": "v1", "kind": "Secret", "namespace": "default"}),
+			[]string{"Policy has not been granted access to Kubernetes v1/Secret resources. The violation has been reported."}, nil},
+		{"can_i allowed", hostcall("can_i", map[string]any{"subject_access_review": map[string]any{"user": "someone", "groups": []string{"system:masters"},
+			"resource_attributes": map[string]any{"resource": "pods", "verb": "create", "namespace": "default"}}, "disable_cache": false}),
+			[]string{`host answered: {"allowed":true`}, nil},
+		{"can_i denied", hostcall("can_i", map[string]any{"subject_access_review": map[string]any{"user": "nobody",
+			"resourceAttributes": map[string]any{"resource": "secrets", "verb": "get", "namespace": "default"}}, "disable_cache": true}),
+			[]string{`host answered: {"allowed":false`}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := message(append([]string{"--settings-json", tt.settings}, live...)...)
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("message lacks %q:\n%s", w, got)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(got, w) {
+					t.Errorf("message has %q:\n%s", w, got)
+				}
+			}
+		})
+	}
+
+	t.Run("record then replay without the cluster", func(t *testing.T) {
+		session := filepath.Join(dir, "session.yml")
+		recorded := message(append([]string{"--settings-json", getLabelled, "--record-host-capabilities-interactions", session}, live...)...)
+		replayed := message("--settings-json", getLabelled, "--allow-context-aware", "--kubeconfig", filepath.Join(dir, "no-such-kubeconfig"),
+			"--replay-host-capabilities-interactions", session)
+		if replayed != recorded || !strings.Contains(recorded, "cc-1") {
+			t.Fatalf("replayed %q\nrecorded %q", replayed, recorded)
+		}
+	})
+
+	t.Run("bench answers from the cache", func(t *testing.T) {
+		session := filepath.Join(dir, "bench.yml")
+		_, stderr := tollgateRun(t, ctx, append([]string{"bench", policy, "-r", req, "--settings-json", listSelected, "--count", "50", "--warmup", "0",
+			"--duration", "2s", "--record-host-capabilities-interactions", session}, live...)...)
+		if !strings.Contains(stderr, "kubernetes cache synced") {
+			t.Fatalf("the Namespace cache did not sync:\n%s", stderr)
+		}
+		b, err := os.ReadFile(session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// every answer, direct at first, then from the cache, is the same list
+		payloads := map[string]int{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if p, ok := strings.CutPrefix(strings.TrimSpace(line), "payload: "); ok {
+				payloads[p]++
+			}
+		}
+		if len(payloads) != 1 {
+			t.Fatalf("%d different answers, want 1: %v", len(payloads), payloads)
+		}
+		for p, n := range payloads {
+			if n < 50 || !strings.Contains(p, "cap-labelled") || strings.Contains(p, "cap-bare") {
+				t.Fatalf("%d answers %s", n, p)
+			}
+		}
+	})
+}
+
+// tollgateRun runs the tollgate binary and fails the test on a non-zero exit.
+func tollgateRun(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, env.bin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("tollgate %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String(), errOut.String()
+}
