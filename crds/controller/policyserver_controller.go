@@ -193,13 +193,14 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	if err == nil {
 		ps.Status.ConfigDigest, ps.Status.Policies = cfg.digest, int32(cfg.policies)
 	}
+	// Before the Deployment: its pods watch their ConfigMap from their start.
+	step(v1.ConditionRBACReconciled, r.reconcileRBAC(ctx, ps), "")
 	dep, err := r.reconcileDeployment(ctx, ps)
 	step(v1.ConditionDeploymentReconciled, err, unsupportedFields(ps))
 	if dep != nil {
 		ps.Status.ReadyReplicas = dep.Status.ReadyReplicas
 	}
 	step(v1.ConditionServiceReconciled, r.reconcileService(ctx, ps), "")
-	step(v1.ConditionRBACReconciled, r.reconcileRBAC(ctx, ps), "")
 	step(v1.ConditionPDBReconciled, r.reconcilePDB(ctx, ps), "")
 	ps.Status.ObservedGeneration = ps.Generation
 

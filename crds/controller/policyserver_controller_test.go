@@ -148,8 +148,9 @@ func TestPolicyServerReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantWrites := []string{"patch PolicyServer default", "create Secret tollgate-ca", "create Secret policy-server-default", "create ConfigMap policy-server-default",
+		"create Role policy-server-default", "create RoleBinding policy-server-default",
 		"create ServiceAccount policy-server-default", "create Deployment policy-server-default", "create Service policy-server-default",
-		"create Role policy-server-default", "create RoleBinding policy-server-default", "patch-status PolicyServer default"}
+		"patch-status PolicyServer default"}
 	if !slices.Equal(writes, wantWrites) {
 		t.Errorf("writes:\n%s\nwant\n%s", strings.Join(writes, "\n"), strings.Join(wantWrites, "\n"))
 	}
