@@ -28,6 +28,7 @@ func obj(apiVersion, kind, ns, name string, labels map[string]string, extra map[
 	u.SetAPIVersion(apiVersion)
 	u.SetKind(kind)
 	u.SetName(name)
+	u.SetResourceVersion("1")
 	if ns != "" {
 		u.SetNamespace(ns)
 	}
@@ -141,7 +142,10 @@ func wantErrContains(t testing.TB, err error, want string) {
 	}
 }
 
-var metav1CreateOptions = metav1.CreateOptions{}
+var (
+	metav1CreateOptions = metav1.CreateOptions{}
+	metav1UpdateOptions = metav1.UpdateOptions{}
+)
 
 // gaugeValue gathers h's metrics and returns the value of the named metric
 // whose one label has the given value (counters and gauges).

@@ -225,6 +225,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 	notFound := errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", r.APIVersion, r.Kind, r.Name, optDebug(r.Namespace))
 	const capName = "kubernetes/get_resource"
 	var obj map[string]any
+	fm := masks(r.FieldMasks)
 	if r.DisableCache {
 		k.m.cache(capName, "bypass")
 	} else if rc := k.cacheFor(mp, Resource{r.APIVersion, r.Kind}); rc != nil {
@@ -235,8 +236,11 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 			}
 			if o, ok, _ := st.GetByKey(key); ok {
 				if u, ok := o.(*unstructured.Unstructured); ok {
-					obj = u.Object
 					k.m.cache(capName, "hit")
+					if len(fm) == 0 {
+						return rc.encoded(key, u)
+					}
+					obj = u.Object
 				}
 			}
 		}
@@ -255,7 +259,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 		stripObject(u)
 		obj = u.Object
 	}
-	return json.Marshal(applyMasks(obj, masks(r.FieldMasks)))
+	return json.Marshal(applyMasks(obj, fm))
 }
 
 func masks(p *[]string) []string {
@@ -320,6 +324,7 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 		}
 	}
 	var items []map[string]any
+	var encodedItems []listItem // from a cache, without masks
 	answered := false
 	if !cacheable {
 		k.m.cache(capName, "bypass")
@@ -342,6 +347,18 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 				if !fs.Matches(fields.Set{"metadata.name": u.GetName(), "metadata.namespace": u.GetNamespace()}) {
 					continue
 				}
+				if len(fm) == 0 {
+					key := u.GetName()
+					if ns := u.GetNamespace(); ns != "" {
+						key = ns + "/" + key
+					}
+					b, err := rc.encoded(key, u)
+					if err != nil {
+						return nil, err
+					}
+					encodedItems = append(encodedItems, listItem{u.GetNamespace() + "/" + u.GetName(), b})
+					continue
+				}
 				items = append(items, u.Object)
 			}
 			answered = true
@@ -361,28 +378,38 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 			items = append(items, l.Items[i].Object)
 		}
 	}
-	sort.Slice(items, func(i, j int) bool {
-		a, b := nsName(items[i]), nsName(items[j])
-		return a < b
-	})
-	var buf bytes.Buffer
-	buf.WriteString(`{"apiVersion":`)
-	writeJSON(&buf, apiVersion)
-	buf.WriteString(`,"kind":`)
-	writeJSON(&buf, kind+"List")
-	buf.WriteString(`,"metadata":{},"items":[`)
-	for i, it := range items {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
+	for _, it := range items {
 		b, err := json.Marshal(applyMasks(it, fm))
 		if err != nil {
 			return nil, err
 		}
-		buf.Write(b)
+		encodedItems = append(encodedItems, listItem{nsName(it), b})
+	}
+	sort.Slice(encodedItems, func(i, j int) bool { return encodedItems[i].key < encodedItems[j].key })
+	size := 64
+	for _, it := range encodedItems {
+		size += len(it.b) + 1
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	buf.WriteString(`{"apiVersion":`)
+	writeJSON(buf, apiVersion)
+	buf.WriteString(`,"kind":`)
+	writeJSON(buf, kind+"List")
+	buf.WriteString(`,"metadata":{},"items":[`)
+	for i, it := range encodedItems {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(it.b)
 	}
 	buf.WriteString("]}")
 	return buf.Bytes(), nil
+}
+
+// listItem is one encoded item of a list answer and its namespace/name.
+type listItem struct {
+	key string
+	b   []byte
 }
 
 func writeJSON(buf *bytes.Buffer, v any) {
@@ -453,6 +480,31 @@ type resourceCache struct {
 	inf     atomic.Pointer[cache.SharedIndexInformer]
 	stopMu  sync.Mutex
 	stop    chan struct{}
+	// enc keeps each object's JSON by key, for its resourceVersion: a cached
+	// answer without field_masks is encoded once per object version.
+	enc sync.Map // key -> encodedObject
+}
+
+type encodedObject struct {
+	rv string
+	b  []byte
+}
+
+// encoded is u's JSON, encoded at most once per resourceVersion. The bytes
+// are shared: callers must not modify them.
+func (c *resourceCache) encoded(key string, u *unstructured.Unstructured) ([]byte, error) {
+	rv := u.GetResourceVersion()
+	if e, ok := c.enc.Load(key); ok && rv != "" && e.(encodedObject).rv == rv {
+		return e.(encodedObject).b, nil
+	}
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		return nil, err
+	}
+	if rv != "" && c.state.Load() == cacheSynced {
+		c.enc.Store(key, encodedObject{rv, b})
+	}
+	return b, nil
 }
 
 const (
@@ -536,7 +588,12 @@ func (c *resourceCache) start() {
 				go c.overCap(c.count.Load())
 			}
 		},
-		DeleteFunc: func(any) { c.count.Add(-1) },
+		DeleteFunc: func(o any) {
+			c.count.Add(-1)
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
+				c.enc.Delete(key)
+			}
+		},
 	})
 	stop := make(chan struct{})
 	c.stopMu.Lock()
@@ -565,6 +622,7 @@ func (c *resourceCache) overCap(n int64) {
 		return
 	}
 	c.stopInformer()
+	c.enc.Clear()
 	c.k.log.Warn("kubernetes cache: the resource has more objects than the cache cap; answering by direct calls",
 		"resource", c.res.APIVersion+"/"+c.res.Kind, "objects", n, "cap", c.k.o.MaxCachedObjects)
 }
