@@ -30,7 +30,8 @@ func addCapabilityFlags(cmd *cobra.Command) {
 // withCapabilities gives every policy serve loads Kubewarden's host
 // capabilities: kubernetes get/list for the resources its entry declares
 // (contextAwareResources), can_i, oci (through the registry:// client), net
-// and crypto. The Kubernetes client comes from --kubeconfig/--context or the
+// and crypto, limited by the entry's hostCapabilities when it has them (a bad
+// pattern fails that policy's load). The Kubernetes client comes from --kubeconfig/--context or the
 // in-cluster configuration; without one, a configuration that declares
 // contextAwareResources is refused (Kubewarden's policy-server does not
 // start either). It returns a function that stops the caches.
@@ -56,8 +57,9 @@ func withCapabilities(cmd *cobra.Command, loader *server.HostLoader, so *server.
 		}
 	}
 	h := capabilities.New(opts)
-	loader.HostCalls = func(id string, res []config.ContextAwareResource) (wasm.HostCallHandler, error) {
-		allow := capabilities.Allow{}
+	loader.HostCalls = func(id string, res []config.ContextAwareResource, caps []string) (wasm.HostCallHandler, error) {
+		// hostCapabilities absent (nil): every capability, see RATIONALE.md
+		allow := capabilities.Allow{HostCapabilities: caps}
 		for _, r := range res {
 			allow.Resources = append(allow.Resources, capabilities.Resource{APIVersion: r.APIVersion, Kind: r.Kind})
 		}

@@ -49,6 +49,11 @@ type Policy struct {
 	Mode Mode
 	// ContextAwareResources the policy may read.
 	ContextAwareResources []ContextAwareResource
+	// HostCapabilities are the host-capability patterns the policy may use
+	// ("*", "oci/*", "kubernetes/get_resource", ...); nil when policies.yml
+	// does not say, which tollgate serves as every capability. Patterns are
+	// checked where they are enforced (host/capabilities), when the policy loads.
+	HostCapabilities []string
 	// Message, when set, replaces the rejection message; the original
 	// goes to status.details.causes.
 	Message string
@@ -77,7 +82,9 @@ type Member struct {
 	Module                string
 	Settings              json.RawMessage
 	ContextAwareResources []ContextAwareResource
-	Timeout               time.Duration
+	// HostCapabilities as in Policy; a member without its own gets its group's.
+	HostCapabilities []string
+	Timeout          time.Duration
 }
 
 // Sentinel errors; every returned error wraps one of them.
@@ -276,7 +283,7 @@ func (p *parser) policy(id string, n *yaml.Node) (Policy, bool) {
 	// resource an entry comes from, on every entry: accepted silently.
 	known := map[string]bool{"module": !isGroup, "settings": !isGroup, "allowedToMutate": !isGroup,
 		"policyMode": true, "contextAwareResources": !isGroup, "message": true, "timeoutEvalSeconds": !isGroup,
-		"policies": isGroup, "expression": isGroup, "namespacedName": true}
+		"policies": isGroup, "expression": isGroup, "namespacedName": true, "hostCapabilities": true}
 	for _, k := range keys {
 		if !known[k.Value] {
 			if isGroup && (k.Value == "module" || k.Value == "settings" || k.Value == "allowedToMutate") {
@@ -322,6 +329,9 @@ func (p *parser) policy(id string, n *yaml.Node) (Policy, bool) {
 		}
 		if v, ok := fields["contextAwareResources"]; ok {
 			pol.ContextAwareResources = p.resources(v, id, "")
+		}
+		if v, ok := fields["hostCapabilities"]; ok {
+			pol.HostCapabilities = p.capabilities(v, id, "")
 		}
 		if v, ok := fields["timeoutEvalSeconds"]; ok {
 			pol.Timeout = p.timeout(v, id, "")
@@ -370,6 +380,8 @@ func (p *parser) group(id string, fields map[string]*yaml.Node) *Group {
 					m.Settings = p.settings(fv, id, name)
 				case "contextAwareResources":
 					m.ContextAwareResources = p.resources(fv, id, name)
+				case "hostCapabilities":
+					m.HostCapabilities = p.capabilities(fv, id, name)
 				case "timeoutEvalSeconds":
 					m.Timeout = p.timeout(fv, id, name)
 				case "allowedToMutate", "policyMode", "message":
@@ -380,6 +392,11 @@ func (p *parser) group(id string, fields map[string]*yaml.Node) *Group {
 			}
 			if !hasModule {
 				p.fail(v, id, name, "module", "", "missing: every group member needs a module URI")
+			}
+			if m.HostCapabilities == nil {
+				if gv, ok := fields["hostCapabilities"]; ok {
+					m.HostCapabilities = p.capabilities(gv, id, "")
+				}
 			}
 			g.Members = append(g.Members, m)
 		}
@@ -465,6 +482,26 @@ func (p *parser) timeout(n *yaml.Node, policy, member string) time.Duration {
 		return 0
 	}
 	return time.Duration(f * float64(time.Second))
+}
+
+// capabilities parses hostCapabilities: a list of strings (null = not given).
+func (p *parser) capabilities(n *yaml.Node, policy, member string) []string {
+	n = deref(n)
+	const field = "hostCapabilities"
+	if n != nil && n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n == nil || n.Kind != yaml.SequenceNode {
+		p.fail(n, policy, member, field, show(n), `must be a list of patterns such as "*", "oci/*" or "kubernetes/get_resource"`)
+		return nil
+	}
+	out := []string{}
+	for i, it := range n.Content {
+		if s, ok := p.str(it, policy, member, fmt.Sprintf("%s[%d]", field, i)); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (p *parser) resources(n *yaml.Node, policy, member string) []ContextAwareResource {

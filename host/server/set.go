@@ -51,14 +51,18 @@ type HostLoader struct {
 	Host     *policy.Host
 	Resolver Resolver
 	// HostCalls, when set, makes the host-call handler of each policy (and
-	// group member, id "group/member") it loads from the Kubernetes
-	// resources the entry declares (host/capabilities); an error fails that
-	// policy's load. Nil: policies' host calls (but logging) get an error.
-	HostCalls func(id string, resources []config.ContextAwareResource) (wasm.HostCallHandler, error)
+	// group member, id "group/member") it loads from what the entry declares:
+	// the Kubernetes resources it may read and its hostCapabilities patterns
+	// (nil when not given) (host/capabilities); an error fails that policy's
+	// load. Nil: policies' host calls (but logging) get an error.
+	HostCalls HostCallsFunc
 }
 
+// HostCallsFunc makes a policy's host-call handler (see HostLoader.HostCalls).
+type HostCallsFunc func(id string, resources []config.ContextAwareResource, hostCapabilities []string) (wasm.HostCallHandler, error)
+
 // hostCallsOf is the loader's host-call maker, nil when it has none.
-func hostCallsOf(l Loader) func(string, []config.ContextAwareResource) (wasm.HostCallHandler, error) {
+func hostCallsOf(l Loader) HostCallsFunc {
 	if hl, ok := l.(*HostLoader); ok {
 		return hl.HostCalls
 	}
@@ -217,11 +221,14 @@ func (s *policySet) keepLoaded(prev *policySet) {
 
 // unitKey identifies a loaded unit for reuse across reloads: same id, module
 // bytes, settings and limits mean the loaded policy can be shared.
-func unitKey(id, digest string, settings json.RawMessage, timeout time.Duration, o *config.Options, car []config.ContextAwareResource) string {
+func unitKey(id, digest string, settings json.RawMessage, timeout time.Duration, o *config.Options, car []config.ContextAwareResource, caps []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00", id, digest, settings, timeout, o.MemoryLimitBytes, o.Workers)
 	for _, r := range car {
 		b.WriteString(r.APIVersion + "/" + r.Kind + ",")
+	}
+	if caps != nil {
+		b.WriteString("\x00caps:" + strings.Join(caps, ","))
 	}
 	return b.String()
 }
@@ -236,8 +243,9 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 	s := newSet(gen, cfg)
 	o := &cfg.Options
 	type job struct {
-		u   *unit
-		car []config.ContextAwareResource
+		u    *unit
+		car  []config.ContextAwareResource
+		caps []string
 	}
 	var jobs []job
 	for i := range cfg.Policies {
@@ -249,11 +257,11 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			for _, m := range p.Group.Members {
 				u := &unit{id: p.ID + "/" + m.Name, module: m.Module, settings: m.Settings, timeout: m.Timeout}
 				e.members[m.Name] = u
-				jobs = append(jobs, job{u, m.ContextAwareResources})
+				jobs = append(jobs, job{u, m.ContextAwareResources, m.HostCapabilities})
 			}
 		} else {
 			e.unit = &unit{id: p.ID, module: p.Module, settings: p.Settings, timeout: p.Timeout}
-			jobs = append(jobs, job{e.unit, p.ContextAwareResources})
+			jobs = append(jobs, job{e.unit, p.ContextAwareResources, p.HostCapabilities})
 		}
 	}
 
@@ -285,7 +293,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 	for _, j := range jobs {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(u *unit, car []config.ContextAwareResource) {
+		go func(u *unit, car []config.ContextAwareResource, caps []string) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			f := fetch(u.module)
@@ -301,7 +309,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 				timeout = o.PolicyTimeout
 			}
 			u.digest = f.digest
-			u.key = unitKey(u.id, f.digest, u.settings, timeout, o, car)
+			u.key = unitKey(u.id, f.digest, u.settings, timeout, o, car, caps)
 			if old != nil {
 				if ou, ok := old.units[u.key]; ok && ou.eval != nil {
 					u.eval, u.loadedAt = ou.eval, ou.loadedAt
@@ -317,7 +325,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			}
 			var err error
 			if hc := hostCallsOf(l); hc != nil {
-				spec.HostCalls, err = hc(u.id, car)
+				spec.HostCalls, err = hc(u.id, car, caps)
 			}
 			var ev Evaluator
 			if err == nil {
@@ -332,7 +340,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			}
 			u.eval, u.loadedAt = ev, time.Now()
 			stats.loaded++
-		}(j.u, j.car)
+		}(j.u, j.car, j.caps)
 	}
 	wg.Wait()
 
