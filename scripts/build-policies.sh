@@ -6,6 +6,7 @@
 #   tinygo-wasi         tinygo build -target=wasi -no-debug                  (how Kubewarden builds)
 #   tinygo-wasi-legacy  tinygo build -target=wasip1 -buildmode=wasi-legacy -scheduler=none -no-debug
 #   go-wasip1           GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags=-s
+#   go-wasi             GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags=-s   (a WASI command: executionMode wasi)
 # The compiler writes policy.raw.wasm; when the directory has metadata.yml and a tollgate binary with
 # an `annotate` command is available, `tollgate annotate` writes policy.wasm from it (with
 # README.md as usage when present); otherwise policy.raw.wasm is copied to policy.wasm.
@@ -114,8 +115,11 @@ build_one() {
 	go-wasip1)
 		cmd=(env GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -ldflags=-s -o "$raw" .)
 		;;
+	go-wasi)
+		cmd=(env GOOS=wasip1 GOARCH=wasm "$GO" build -trimpath -ldflags=-s -o "$raw" .)
+		;;
 	*)
-		printf 'build-policies: FAILED %s: unknown build kind %q in %s/policy.build (want tinygo-wasi, tinygo-wasi-legacy or go-wasip1)\n' \
+		printf 'build-policies: FAILED %s: unknown build kind %q in %s/policy.build (want tinygo-wasi, tinygo-wasi-legacy, go-wasip1 or go-wasi)\n' \
 			"$dir" "$kind" "$dir" >&2
 		rm -f "$out"
 		return 1

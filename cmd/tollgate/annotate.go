@@ -43,6 +43,9 @@ Kubewarden, and the other way round.`,
 			if err != nil {
 				return err
 			}
+			if md.ProtocolVersion == "" && md.Mode() != metadata.ExecutionModeWapc {
+				md.ProtocolVersion = metadata.ProtocolVersionUnknown // as kwctl annotate writes it
+			}
 			if md.ProtocolVersion == "" && md.Mode() == metadata.ExecutionModeWapc {
 				ctx := cmd.Context()
 				h, err := rt.newHost(ctx)

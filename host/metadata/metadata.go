@@ -35,6 +35,10 @@ const (
 	AnnotationAnnotator = "io.tollgate.annotate"
 )
 
+// ProtocolVersionUnknown is the protocolVersion kwctl annotate writes for
+// modules of modes other than kubewarden-wapc (it asks only waPC modules).
+const ProtocolVersionUnknown = "Unknown"
+
 // Execution modes.
 const (
 	ExecutionModeWapc       = "kubewarden-wapc"
@@ -161,8 +165,12 @@ var validOperations = map[string]bool{"CREATE": true, "UPDATE": true, "DELETE": 
 // Validate checks the metadata as Kubewarden does.
 func (m *Metadata) Validate() error {
 	var problems []string
-	if m.ProtocolVersion != "v1" {
+	switch {
+	case m.Mode() == ExecutionModeWapc && m.ProtocolVersion != "v1":
 		problems = append(problems, fmt.Sprintf("protocolVersion: must be \"v1\", got %q", m.ProtocolVersion))
+	case m.Mode() != ExecutionModeWapc && m.ProtocolVersion != "v1" && m.ProtocolVersion != ProtocolVersionUnknown:
+		// kwctl annotate writes "Unknown" for the modes it does not ask.
+		problems = append(problems, fmt.Sprintf("protocolVersion: must be \"v1\" or %q for executionMode %s, got %q", ProtocolVersionUnknown, m.Mode(), m.ProtocolVersion))
 	}
 	switch m.Mode() {
 	case ExecutionModeWapc, ExecutionModeWasi, ExecutionModeOPA, ExecutionModeGatekeeper:
