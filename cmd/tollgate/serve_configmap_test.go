@@ -16,7 +16,7 @@ func TestServePoliciesConfigMapFlag(t *testing.T) {
 	}{
 		{[]string{"--policies-configmap=nons"}, nil, "--policies-configmap=nons: invalid"},
 		{nil, map[string]string{"TOLLGATE_POLICIES_CONFIGMAP": "a/b/c"}, "--policies-configmap=a/b/c: invalid"},
-		{[]string{"--policies-configmap=ns/cm", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "--policies-configmap: controller: kubeconfig"},
+		{[]string{"--policies-configmap=ns/cm", "--kubeconfig=/nonexistent/kubeconfig"}, nil, "--policies-configmap: kubeconfig"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			for k, v := range tt.env {
