@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tollgate-dev/tollgate/test/e2e/kubelet"
 )
@@ -64,7 +65,14 @@ type operator struct {
 	ctrlLog                string
 	requiredWasm, capsWasm string
 	volumeDelay            time.Duration
+	// configMapDelay delays ConfigMap volume updates only (E2E_CONFIGMAP_DELAY, default
+	// defaultConfigMapDelay): policies must reach the servers through the API watch.
+	configMapDelay time.Duration
 }
+
+// defaultConfigMapDelay is TestOperator's ConfigMap volume delay: longer than every wait for a
+// policy change (30 s), so a change the servers saw only through the mounted file fails the test.
+const defaultConfigMapDelay = 45 * time.Second
 
 // TestOperator runs the issue's scenarios against `tollgate controller` and `tollgate serve`
 // processes on a real apiserver, in order; each subtest depends on the ones before it.
@@ -122,8 +130,31 @@ spec:
 			if err != nil {
 				return err
 			}
-			return conditionsTrue(ps, "DeploymentReconciled", "ServiceReconciled", "ConfigMapReconciled", "CertSecretReconciled")
+			return conditionsTrue(ps, "DeploymentReconciled", "ServiceReconciled", "ConfigMapReconciled", "CertSecretReconciled", "RBACReconciled")
 		})
+		// The replicas reach the API as their ServiceAccount (a TokenRequest token): their
+		// Role lets them read and watch their ConfigMap, and nothing else.
+		rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(reps[0].Dir, "kubeconfig"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		scs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, func() error {
+			if _, err := scs.CoreV1().ConfigMaps(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("the server's ServiceAccount cannot get its ConfigMap: %w", err)
+			}
+			_, err := scs.CoreV1().ConfigMaps(controllerNS).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + psObject})
+			return err
+		})
+		if _, err := scs.CoreV1().ConfigMaps(controllerNS).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the server's ServiceAccount lists every ConfigMap: %v", err)
+		}
+		if _, err := scs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the server's ServiceAccount reads its Secret: %v", err)
+		}
 	})
 	if !ok {
 		t.FailNow()
@@ -299,8 +330,9 @@ spec:
 		l.stop()
 		failed.Add(l.failed.Load())
 		p50, pmax := percentile(latencies, 50), percentile(latencies, 100)
-		line := fmt.Sprintf("e2e: apply-to-enforce p50=%v max=%v edits=%d failed_requests=%d requests=%d volume_delay=%s",
-			p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load(), cmp.Or(os.Getenv("E2E_VOLUME_DELAY"), "0"))
+		line := fmt.Sprintf("e2e: apply-to-enforce p50=%v max=%v edits=%d failed_requests=%d requests=%d volume_delay=%s configmap_volume_delay=%s",
+			p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load(), cmp.Or(os.Getenv("E2E_VOLUME_DELAY"), "0"),
+			cmp.Or(op.configMapDelay, op.volumeDelay))
 		t.Log(line)
 		fmt.Println(line)
 		if n := l.failed.Load(); n != 0 {
@@ -608,9 +640,19 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 			t.Fatalf("E2E_VOLUME_DELAY: %v", err)
 		}
 	}
+	// E2E_CONFIGMAP_DELAY delays ConfigMap volume updates only (default defaultConfigMapDelay; 0:
+	// E2E_VOLUME_DELAY's): the servers watch their ConfigMap through the API, with the token of
+	// their ServiceAccount, so a policy change must not wait for the file.
+	op.configMapDelay = defaultConfigMapDelay
+	if v := os.Getenv("E2E_CONFIGMAP_DELAY"); v != "" {
+		if op.configMapDelay, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("E2E_CONFIGMAP_DELAY: %v", err)
+		}
+	}
 	op.k, err = kubelet.Start(ctx, kubelet.Options{
 		Client: c.Client, Namespace: controllerNS, Binary: env.bin, Dir: filepath.Join(env.dir, "pods"), Logf: t.Logf,
-		VolumeUpdateDelay: op.volumeDelay,
+		VolumeUpdateDelay: op.volumeDelay, ConfigMapUpdateDelay: op.configMapDelay,
+		API: &kubelet.APIAccess{Server: c.Server, CAData: c.CA.CertPEM},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -473,6 +473,8 @@ func (f *fleet) snapshot(ctx context.Context) (map[string]*unstructured.Unstruct
 		{schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, f.ns},
 		{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, f.ns},
 		{schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, f.ns},
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, f.ns},
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, f.ns},
 	}
 	for _, kind := range append([]string{"PolicyServer"}, fleetPolicyKinds...) {
 		all = append(all, res{policyGVR[kind], ""})

@@ -67,6 +67,14 @@ type Options struct {
 	// VolumeUpdateDelay is how long after a ConfigMap or Secret changes its files are rewritten
 	// (kubelet takes up to its sync period plus the cache TTL: about a minute). Default 0.
 	VolumeUpdateDelay time.Duration
+	// ConfigMapUpdateDelay, when non-zero, replaces VolumeUpdateDelay for ConfigMap volumes only
+	// (Secret volumes, the certificates, keep VolumeUpdateDelay).
+	ConfigMapUpdateDelay time.Duration
+	// API, when set, gives every replica API access as a pod has it: a token of the pod's
+	// ServiceAccount (TokenRequest API, one hour) in a kubeconfig in the pod directory, named by
+	// KUBECONFIG in the process's environment. The token is the ServiceAccount's, so RBAC
+	// applies as in a cluster. Nil: no API access.
+	API *APIAccess
 	// ReadyTimeout bounds the wait for a new replica's /readiness (default 2 minutes): past it,
 	// the rollout waits as a real one would, and the old replicas keep serving.
 	ReadyTimeout time.Duration
@@ -79,6 +87,13 @@ type Options struct {
 	ExtraArgs []string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+}
+
+// APIAccess is how a replica reaches the apiserver.
+type APIAccess struct {
+	// Server is the apiserver's URL; CAData the PEM CA bundle its certificate chains to.
+	Server string
+	CAData []byte
 }
 
 // Kubelet runs the selected Deployments' replicas. Stop it with Stop.
@@ -730,7 +745,11 @@ func (r *runner) syncVolumes(p *pod, now time.Time) time.Duration {
 			since = now
 			p.volPending[v.Name] = now
 		}
-		if wait := r.k.opts.VolumeUpdateDelay - now.Sub(since); wait > 0 {
+		delay := r.k.opts.VolumeUpdateDelay
+		if v.ConfigMap != nil && r.k.opts.ConfigMapUpdateDelay > 0 {
+			delay = r.k.opts.ConfigMapUpdateDelay
+		}
+		if wait := delay - now.Sub(since); wait > 0 {
 			if next == 0 || wait < next {
 				next = wait
 			}
@@ -767,6 +786,13 @@ func mainContainer(spec *corev1.PodSpec) *corev1.Container {
 func (r *runner) startProcess(p *pod) error {
 	c := mainContainer(&p.template.Spec)
 	env, envMap := r.containerEnv(p, c)
+	if r.k.opts.API != nil {
+		kc, err := r.writeKubeconfig(p)
+		if err != nil {
+			return err
+		}
+		env = append(env, "KUBECONFIG="+kc)
+	}
 	argv := append([]string(nil), c.Command...)
 	if len(argv) > 0 {
 		argv = argv[1:] // command[0] is the image's binary: Options.Binary replaces it
