@@ -66,6 +66,7 @@ type inputFlags struct {
 	settingsPath string
 	settingsJSON string
 	raw          bool
+	mode         string
 }
 
 func (f *inputFlags) register(cmd *cobra.Command) {
@@ -73,6 +74,7 @@ func (f *inputFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.settingsPath, "settings-path", "s", "", "settings file (YAML or JSON)")
 	cmd.Flags().StringVar(&f.settingsJSON, "settings-json", "", "settings as a JSON string")
 	cmd.Flags().BoolVar(&f.raw, "raw", false, "the request is raw JSON (for policyType: raw policies)")
+	cmd.Flags().StringVarP(&f.mode, "execution-mode", "e", "", "execution mode: kubewarden-wapc, wasi, opa or gatekeeper (default: the module's metadata, else kubewarden-wapc)")
 	_ = cmd.MarkFlagRequired("request-path")
 	cmd.MarkFlagsMutuallyExclusive("settings-path", "settings-json")
 }
@@ -176,7 +178,7 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 	p, err := h.Load(ctx, policy.Spec{
 		ID: uri, Module: m.Wasm, Settings: settings,
 		Timeout: rt.timeout, MemoryLimitBytes: rt.memoryLimit, PoolSize: poolSize,
-		HostCalls: hostCalls,
+		HostCalls: hostCalls, ExecutionMode: in.mode,
 	})
 	if err != nil {
 		_ = h.Close(ctx)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/metadata"
+	"github.com/tollgate-dev/tollgate/host/wasi"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
@@ -123,18 +124,25 @@ type Spec struct {
 	MaxResponseBytes int
 	// HostCalls answers host calls other than logging. Nil answers them with an error.
 	HostCalls wasm.HostCallHandler
+	// ExecutionMode is the mode asked for (run/bench -e), "" to follow the
+	// module's metadata; see SelectMode.
+	ExecutionMode string
 }
 
 // Policy is a loaded policy, safe for concurrent evaluations.
 type Policy struct {
-	id       string
-	md       *metadata.Metadata
-	mod      *wasm.Module
-	pool     *wasm.Pool
-	settings json.RawMessage
-	timeout  time.Duration
-	maxResp  int
-	hostCall wasm.HostCallHandler
+	id   string
+	md   *metadata.Metadata
+	mod  *wasm.Module
+	pool *wasm.Pool
+	// wasi is the module of an executionMode wasi policy (mod and pool are nil).
+	wasi      *wasi.Module
+	aheadSize int
+	digest    string
+	settings  json.RawMessage
+	timeout   time.Duration
+	maxResp   int
+	hostCall  wasm.HostCallHandler
 	// hostHandler is p.handleHostCall, bound once.
 	hostHandler wasm.HostCallHandler
 	logger      *slog.Logger
@@ -147,12 +155,16 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}
-	if md != nil && md.Mode() != metadata.ExecutionModeWapc {
-		return nil, fmt.Errorf("policy %s: %w: executionMode %q is not supported (tollgate runs %q modules)", s.ID, ErrUnsupportedModule, md.Mode(), metadata.ExecutionModeWapc)
+	mode, err := SelectMode(md, s.ExecutionMode, s.Module)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}
 	settings, err := NormalizeSettings(s.Settings)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+	}
+	if mode == metadata.ExecutionModeWasi {
+		return h.loadWasi(ctx, h.newPolicy(s, md, settings), s)
 	}
 	mod, err := h.engine.Compile(ctx, s.Module, wasm.ModuleConfig{MemoryLimitBytes: s.MemoryLimitBytes, Digest: s.Digest})
 	if err != nil {
@@ -162,18 +174,8 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	if size <= 0 {
 		size = runtime.GOMAXPROCS(0)
 	}
-	p := &Policy{
-		id: s.ID, md: md, mod: mod, settings: settings,
-		timeout: s.Timeout, maxResp: s.MaxResponseBytes, hostCall: s.HostCalls,
-		logger: h.logger.With("policy", s.ID),
-	}
-	p.hostHandler = p.handleHostCall
-	if p.timeout <= 0 {
-		p.timeout = DefaultTimeout
-	}
-	if p.maxResp <= 0 {
-		p.maxResp = DefaultMaxResponseBytes
-	}
+	p := h.newPolicy(s, md, settings)
+	p.mod = mod
 	pool, err := mod.NewPool(p.withHostCalls(ctx), size)
 	if err != nil {
 		mod.Release()
@@ -185,6 +187,22 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}
 	return p, nil
+}
+
+func (h *Host) newPolicy(s Spec, md *metadata.Metadata, settings json.RawMessage) *Policy {
+	p := &Policy{
+		id: s.ID, md: md, settings: settings, digest: s.Digest,
+		timeout: s.Timeout, maxResp: s.MaxResponseBytes, hostCall: s.HostCalls,
+		logger: h.logger.With("policy", s.ID),
+	}
+	p.hostHandler = p.handleHostCall
+	if p.timeout <= 0 {
+		p.timeout = DefaultTimeout
+	}
+	if p.maxResp <= 0 {
+		p.maxResp = DefaultMaxResponseBytes
+	}
+	return p
 }
 
 // NormalizeSettings turns null, empty and {} into {} and rejects non-objects.
@@ -207,7 +225,7 @@ func NormalizeSettings(s json.RawMessage) (json.RawMessage, error) {
 }
 
 func (p *Policy) validateSettings(ctx context.Context) error {
-	out, err := p.pool.Call(p.withHostCalls(ctx), p.timeout, "validate_settings", p.settings)
+	out, _, err := p.call(ctx, "validate_settings", p.settings)
 	if err != nil {
 		return fmt.Errorf("validate_settings: %w", err)
 	}
@@ -232,7 +250,12 @@ func (p *Policy) ID() string { return p.id }
 func (p *Policy) Metadata() *metadata.Metadata { return p.md }
 
 // Digest is the module's sha256 digest.
-func (p *Policy) Digest() string { return p.mod.Digest() }
+func (p *Policy) Digest() string {
+	if p.mod != nil {
+		return p.mod.Digest()
+	}
+	return p.digest
+}
 
 // Settings is the normalized settings JSON.
 func (p *Policy) Settings() json.RawMessage { return p.settings }
@@ -241,10 +264,20 @@ func (p *Policy) Settings() json.RawMessage { return p.settings }
 func (p *Policy) Timeout() time.Duration { return p.timeout }
 
 // Instances is how many instances are alive now, and the most the pool keeps.
-func (p *Policy) Instances() (live, size int) { return p.pool.Live(), p.pool.Size() }
+// For a wasi policy: the instances kept started ahead of demand.
+func (p *Policy) Instances() (live, size int) {
+	if p.wasi != nil {
+		return p.aheadSize, p.aheadSize
+	}
+	return p.pool.Live(), p.pool.Size()
+}
 
 // Close stops the policy's instances and releases its module.
 func (p *Policy) Close(ctx context.Context) {
+	if p.wasi != nil {
+		_ = p.wasi.Close(ctx)
+		return
+	}
 	p.pool.Close(ctx)
 	p.mod.Release()
 }
@@ -259,6 +292,10 @@ type Result struct {
 	Duration time.Duration
 	// GuestDuration is the part spent in the guest call (waiting for an instance included).
 	GuestDuration time.Duration
+	// StartDuration is the part of GuestDuration a wasi policy spent starting
+	// its module (Go runtime start, package init); zero when the instance was
+	// started ahead of demand, and for waPC policies.
+	StartDuration time.Duration
 }
 
 // Verdict converts the result for admission.FromVerdict.
@@ -313,7 +350,7 @@ func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result,
 	payload = append(payload, '}')
 
 	callStart := time.Now()
-	out, err := p.pool.Call(p.withHostCalls(ctx), p.timeout, "validate", payload)
+	out, startCost, err := p.call(ctx, "validate", payload)
 	guest := time.Since(callStart)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", p.id, err)
@@ -321,7 +358,7 @@ func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result,
 	if len(out) > p.maxResp {
 		return nil, fmt.Errorf("policy %s: %w: the answer is %d bytes, the limit is %d", p.id, ErrInvalidResponse, len(out), p.maxResp)
 	}
-	res := &Result{GuestDuration: guest}
+	res := &Result{GuestDuration: guest, StartDuration: startCost}
 	defer func() { res.Duration = time.Since(start) }()
 	if err := json.Unmarshal(out, &res.Response); err != nil {
 		return nil, fmt.Errorf("policy %s: %w: not a ValidationResponse: %v (answer %.120q)", p.id, ErrInvalidResponse, err, out)
