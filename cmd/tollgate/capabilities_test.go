@@ -129,3 +129,51 @@ func TestRunCapabilityFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// reviewIn writes the capabilities-drop example request moved to namespace ns.
+func reviewIn(t *testing.T, ns string) string {
+	t.Helper()
+	b, err := os.ReadFile(ex("capabilities-drop/testdata/pod-adds-capabilities.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	r["namespace"] = ns
+	b, _ = json.Marshal(r)
+	p := filepath.Join(t.TempDir(), "review.json")
+	os.WriteFile(p, b, 0o644)
+	return p
+}
+
+// The namespace-label fixture, a context-aware TinyGo policy, decides by
+// replayed cluster answers.
+func TestRunNamespaceLabelReplay(t *testing.T) {
+	policy := testfixture.Path("test/testdata/policies/namespace-label/policy.wasm")
+	if _, err := os.Stat(policy); err != nil {
+		t.Fatalf("%v: run make policies", err)
+	}
+	exchange := func(name, response string) string {
+		return "- type: Exchange\n  request: |\n    !KubernetesGetResource\n    api_version: v1\n    kind: Namespace\n    name: " + name +
+			"\n    namespace: null\n    disable_cache: false\n  response:\n" + response
+	}
+	tests := []struct{ ns, response, want string }{
+		{"team-a", "    type: Success\n    payload: '{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"team-a\",\"labels\":{\"cost-center\":\"cc-1\"}}}'\n",
+			`"allowed":true`},
+		{"bare", "    type: Success\n    payload: '{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"bare\"}}'\n",
+			`"allowed":false,"status":{"message":"namespace bare has no label cost-center","code":403}`},
+		{"gone", "    type: Error\n    message: Cannot find v1/Namespace named 'gone' inside of namespace 'None'\n",
+			`"message":"cannot read namespace gone: Host error: Callback evaluation failure: Cannot find v1/Namespace named 'gone' inside of namespace 'None'"`},
+	}
+	for _, tt := range tests {
+		session := filepath.Join(t.TempDir(), "session.yml")
+		os.WriteFile(session, []byte(exchange(tt.ns, tt.response)), 0o644)
+		out, err := tollgate(t, "", "run", policy, "-r", reviewIn(t, tt.ns), "--settings-json", `{"label":"cost-center"}`,
+			"--allow-context-aware", "--replay-host-capabilities-interactions", session)
+		if err != nil || !strings.Contains(out, tt.want) {
+			t.Errorf("%s: %v\n%s\nwant %s", tt.ns, err, out, tt.want)
+		}
+	}
+}

@@ -98,6 +98,28 @@ func TestCapabilities(t *testing.T) {
 		})
 	}
 
+	t.Run("namespace-label policy decides by live namespaces", func(t *testing.T) {
+		nsPolicy := filepath.Join(env.root, "test/testdata/policies/namespace-label/policy.wasm")
+		if _, err := os.Stat(nsPolicy); err != nil {
+			t.Fatalf("%v: run make policies", err)
+		}
+		for ns, want := range map[string]string{
+			"cap-labelled": `"allowed":true`,
+			"cap-bare":     `"allowed":false,"status":{"message":"namespace cap-bare has no label cost-center","code":403}`,
+			"cap-none":     `cannot read namespace cap-none: Host error: Callback evaluation failure: Cannot find v1/Namespace named 'cap-none' inside of namespace 'None'`,
+		} {
+			review := filepath.Join(dir, "review-"+ns+".json")
+			if err := os.WriteFile(review, []byte(`{"uid":"u-`+ns+`","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"`+ns+
+				`","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"`+ns+`"}}}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := tollgateRun(t, ctx, append([]string{"run", nsPolicy, "-r", review, "--settings-json", `{"label":"cost-center"}`}, live...)...)
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: %s\nwant %s", ns, out, want)
+			}
+		}
+	})
+
 	t.Run("record then replay without the cluster", func(t *testing.T) {
 		session := filepath.Join(dir, "session.yml")
 		recorded := message(append([]string{"--settings-json", getLabelled, "--record-host-capabilities-interactions", session}, live...)...)
