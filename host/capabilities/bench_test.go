@@ -128,3 +128,18 @@ func TestGuestRoundTrip(t *testing.T) {
 	t.Logf("evaluation p50: no host call %v; a host call answered by a constant %v; a cached get_resource %v", none, constant, cached)
 	t.Logf("cached get_resource round trip (guest to host and back) p50 ~ %v; of which the capability itself ~ %v", cached-none, cached-constant)
 }
+
+// BenchmarkGetResourceCachedWithDeadline: the same, under an evaluation
+// deadline (the backend call gets a derived one).
+func BenchmarkGetResourceCachedWithDeadline(b *testing.B) {
+	f := warmGet(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	p := []byte(benchGet)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f(ctx, "kubewarden", "kubernetes", "get_resource", p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

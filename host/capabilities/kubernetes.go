@@ -222,7 +222,6 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 		}
 		ns = *r.Namespace
 	}
-	notFound := errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", r.APIVersion, r.Kind, r.Name, optDebug(r.Namespace))
 	const capName = "kubernetes/get_resource"
 	var obj map[string]any
 	fm := masks(r.FieldMasks)
@@ -251,7 +250,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 		}
 		u, err := k.o.Dynamic.Resource(mp.Resource).Namespace(ns).Get(ctx, r.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return nil, notFound
+			return nil, errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", r.APIVersion, r.Kind, r.Name, optDebug(r.Namespace))
 		}
 		if err != nil {
 			return nil, err

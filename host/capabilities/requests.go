@@ -147,24 +147,8 @@ func decode(namespace, operation string, payload []byte) (*request, error) {
 	switch namespace {
 	case "kubernetes":
 		switch operation {
-		case "get_resource":
-			v := &GetResourceRequest{}
-			if err := strictJSON(payload, v, "api_version", "kind", "name", "disable_cache"); err != nil {
-				return nil, err
-			}
-			return &request{"KubernetesGetResource", v}, nil
-		case "list_resources_by_namespace":
-			v := &ListByNamespaceRequest{}
-			if err := strictJSON(payload, v, "api_version", "kind", "namespace"); err != nil {
-				return nil, err
-			}
-			return &request{"KubernetesListResourceNamespace", v}, nil
-		case "list_resources_all":
-			v := &ListAllRequest{}
-			if err := strictJSON(payload, v, "api_version", "kind"); err != nil {
-				return nil, err
-			}
-			return &request{"KubernetesListResourceAll", v}, nil
+		case "get_resource", "list_resources_by_namespace", "list_resources_all":
+			return decodeKube(operation, payload)
 		case "can_i":
 			return decodeCanI(payload)
 		}
@@ -200,6 +184,76 @@ func decode(namespace, operation string, payload []byte) (*request, error) {
 		return nil, errorf("unknown namespace: %s", namespace)
 	}
 	return nil, errorf("unknown operation: %s", operation)
+}
+
+// kubeWire is the union of the kubernetes get and list payloads, decoded in
+// one pass; pointers tell absent fields from zero values.
+type kubeWire struct {
+	APIVersion    *string   `json:"api_version"`
+	Kind          *string   `json:"kind"`
+	Name          *string   `json:"name"`
+	Namespace     *string   `json:"namespace"`
+	LabelSelector *string   `json:"label_selector"`
+	FieldSelector *string   `json:"field_selector"`
+	DisableCache  *bool     `json:"disable_cache"`
+	FieldMasks    *[]string `json:"field_masks"`
+}
+
+// decodeKube decodes get_resource and the lists (the hot path: one JSON pass),
+// requiring what serde requires.
+func decodeKube(operation string, payload []byte) (*request, error) {
+	var w kubeWire
+	if err := json.Unmarshal(payload, &w); err != nil {
+		return nil, payloadError(err)
+	}
+	required := func(names ...string) error {
+		for _, n := range names {
+			var missing bool
+			switch n {
+			case "api_version":
+				missing = w.APIVersion == nil
+			case "kind":
+				missing = w.Kind == nil
+			case "name":
+				missing = w.Name == nil
+			case "namespace":
+				missing = w.Namespace == nil
+			case "disable_cache":
+				missing = w.DisableCache == nil
+			}
+			if missing {
+				return errorf("missing field `%s`", n)
+			}
+		}
+		return nil
+	}
+	str := func(p *string) string {
+		if p == nil {
+			return ""
+		}
+		return *p
+	}
+	dc := w.DisableCache != nil && *w.DisableCache
+	switch operation {
+	case "get_resource":
+		if err := required("api_version", "kind", "name", "disable_cache"); err != nil {
+			return nil, err
+		}
+		return &request{"KubernetesGetResource", &GetResourceRequest{APIVersion: *w.APIVersion, Kind: *w.Kind, Name: *w.Name,
+			Namespace: w.Namespace, DisableCache: dc, FieldMasks: w.FieldMasks}}, nil
+	case "list_resources_by_namespace":
+		if err := required("api_version", "kind", "namespace"); err != nil {
+			return nil, err
+		}
+		return &request{"KubernetesListResourceNamespace", &ListByNamespaceRequest{APIVersion: *w.APIVersion, Kind: *w.Kind,
+			Namespace: str(w.Namespace), LabelSelector: w.LabelSelector, FieldSelector: w.FieldSelector, DisableCache: dc, FieldMasks: w.FieldMasks}}, nil
+	default:
+		if err := required("api_version", "kind"); err != nil {
+			return nil, err
+		}
+		return &request{"KubernetesListResourceAll", &ListAllRequest{APIVersion: *w.APIVersion, Kind: *w.Kind,
+			LabelSelector: w.LabelSelector, FieldSelector: w.FieldSelector, DisableCache: dc, FieldMasks: w.FieldMasks}}, nil
+	}
 }
 
 func payloadError(err error) error {
