@@ -1,6 +1,7 @@
 // Command loadgen measures `tollgate serve` on loopback (make bench-server).
 //
 //	loadgen suite -tollgate bin/tollgate [-duration 20s]   all scenarios, a Markdown report on stdout
+//	loadgen rounds -tollgate bin/tollgate [-rounds 10 -round 10s]  successive closed-loop rounds on one server (does throughput decay?)
 //	loadgen native -port N -cert-file F -key-file F         the native Go ceiling server
 //
 // The suite starts each server as its own process (so its peak RSS is its
@@ -38,7 +39,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen suite|native [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen suite|rounds|native [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -47,6 +48,8 @@ func main() {
 		err = suite(os.Args[2:])
 	case "native":
 		err = native(os.Args[2:])
+	case "rounds":
+		err = rounds(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -344,6 +347,50 @@ func (p *proc) memKB(field string) int {
 
 // ---- the suite ----
 
+// bench is what every mode's servers share: a work directory, a self-signed
+// certificate and the pool that trusts it, one compilation cache.
+type bench struct {
+	work  string
+	certs *server.SelfSigned
+	pool  *x509.CertPool
+	self  string
+}
+
+func newBench(tollgate, prefix string) (*bench, error) {
+	if _, err := os.Stat(tollgate); err != nil {
+		return nil, fmt.Errorf("-tollgate: %w (make build)", err)
+	}
+	work, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	certs, err := server.EnsureSelfSigned(filepath.Join(work, "tls"))
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	caPEM, _ := os.ReadFile(certs.CAFile)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	self, _ := os.Executable()
+	return &bench{work: work, certs: certs, pool: pool, self: self}, nil
+}
+
+// start starts the native server (this binary) or tollgate serve with its
+// embedded example configuration and extra arguments, on loopback, and
+// waits for its readiness.
+func (b *bench) start(native bool, tollgate string, extra []string) (p *proc, port, probe int, err error) {
+	port, probe = freePort(), freePort()
+	ready := "http://127.0.0.1:" + strconv.Itoa(probe) + "/readiness"
+	if native {
+		p, _, err = startProc(b.self, []string{"native", "-port", strconv.Itoa(port), "-probe-port", strconv.Itoa(probe), "-cert-file", b.certs.CertFile, "-key-file", b.certs.KeyFile}, ready)
+	} else {
+		p, _, err = startProc(tollgate, append([]string{"serve", "--addr", "127.0.0.1", "--port", strconv.Itoa(port), "--readiness-probe-port", strconv.Itoa(probe),
+			"--cert-file", b.certs.CertFile, "--key-file", b.certs.KeyFile, "--cache-dir", filepath.Join(b.work, "cache"), "--log-level", "warn"}, extra...), ready)
+	}
+	return p, port, probe, err
+}
+
 func suite(args []string) error {
 	fs := flag.NewFlagSet("suite", flag.ExitOnError)
 	tollgate := fs.String("tollgate", "bin/tollgate", "tollgate binary")
@@ -353,25 +400,15 @@ func suite(args []string) error {
 	skip50 := fs.Bool("skip-50", false, "skip the 50-policy measurements")
 	extra := fs.String("serve-args", "", "extra arguments for tollgate serve, space-separated (e.g. \"--workers 4\")")
 	only := fs.String("only", "", "run only the scenarios whose name contains this")
+	realDur := fs.Duration("realistic-duration", 5*time.Second, "length of each saturation run on the realistic objects of test/testdata/reviews (0 skips them)")
 	fs.Parse(args)
 
-	if _, err := os.Stat(*tollgate); err != nil {
-		return fmt.Errorf("-tollgate: %w (make build)", err)
-	}
-	work, err := os.MkdirTemp("", "tollgate-bench-")
+	b, err := newBench(*tollgate, "tollgate-bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	certs, err := server.EnsureSelfSigned(filepath.Join(work, "tls"))
-	if err != nil {
-		return err
-	}
-	caPEM, _ := os.ReadFile(certs.CAFile)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	self, _ := os.Executable()
-	cache := filepath.Join(work, "cache")
+	defer os.RemoveAll(b.work)
+	work, certs, pool := b.work, b.certs, b.pool
 
 	validateBody := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"b1","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"name":"nginx","namespace":"default","operation":"CREATE","userInfo":{"username":"bench"},"object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nginx","namespace":"default","labels":{"owner":"me","app":"nginx"}},"spec":{"containers":[{"name":"nginx","image":"nginx:1.27"}]}}}}`)
 	mutateBody := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"b2","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"name":"nginx","namespace":"default","operation":"CREATE","userInfo":{"username":"bench"},"object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nginx","namespace":"default","labels":{"owner":"me"}},"spec":{"containers":[{"name":"nginx","image":"nginx:1.27","securityContext":{"capabilities":{"add":["NET_ADMIN"]}}}]}}}}`)
@@ -412,21 +449,9 @@ func suite(args []string) error {
 		if *only != "" && !strings.Contains(sc.name, *only) {
 			continue
 		}
-		port, probe := freePort(), freePort()
-		var p *proc
-		if sc.native {
-			p, _, err = startProc(self, []string{"native", "-port", strconv.Itoa(port), "-probe-port", strconv.Itoa(probe), "-cert-file", certs.CertFile, "-key-file", certs.KeyFile},
-				"http://127.0.0.1:"+strconv.Itoa(probe)+"/readiness")
-			if err != nil {
-				return err
-			}
-		} else {
-			p, _, err = startProc(*tollgate, append([]string{"serve", "--addr", "127.0.0.1", "--port", strconv.Itoa(port), "--readiness-probe-port", strconv.Itoa(probe),
-				"--cert-file", certs.CertFile, "--key-file", certs.KeyFile, "--cache-dir", cache, "--log-level", "warn"}, strings.Fields(*extra)...),
-				"http://127.0.0.1:"+strconv.Itoa(probe)+"/readiness")
-			if err != nil {
-				return err
-			}
+		p, port, _, err := b.start(sc.native, *tollgate, strings.Fields(*extra))
+		if err != nil {
+			return err
 		}
 		url := "https://127.0.0.1:" + strconv.Itoa(port) + sc.path
 		client := newClient(pool, *conc)
@@ -445,6 +470,12 @@ func suite(args []string) error {
 		}
 		p.stop()
 		fmt.Println(row)
+	}
+
+	if *realDur > 0 && *only == "" {
+		if err := b.realisticTable(*tollgate, *conc, *realDur, strings.Fields(*extra)); err != nil {
+			return err
+		}
 	}
 
 	if *skip50 {
