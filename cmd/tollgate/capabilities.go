@@ -25,6 +25,9 @@ type capabilityFlags struct {
 	maxCachedObjects  int
 	// repeat replays the session over and over (bench).
 	repeat bool
+	// direct answers kubernetes calls without caches (run: one evaluation
+	// would pay a whole list of the kind to fill a cache it never reuses).
+	direct bool
 }
 
 func (f *capabilityFlags) register(cmd *cobra.Command) {
@@ -35,7 +38,11 @@ func (f *capabilityFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.record, "record-host-capabilities-interactions", "", "record the policy's host calls and their answers to `FILE` (kwctl's session format)")
 	fs.StringVar(&f.replay, "replay-host-capabilities-interactions", "", "answer the policy's host calls from `FILE` (a session recorded by kwctl or tollgate), without a cluster or registry")
 	fs.StringSliceVar(&f.allowed, "allowed-host-capabilities", []string{"*"}, "host capabilities the policy may use: *, a prefix such as oci/* or kubernetes/*, or one capability such as net/v1/dns_lookup_host")
-	fs.IntVar(&f.maxCachedObjects, "max-cached-objects", capabilities.DefaultMaxCachedObjects, "most objects cached per Kubernetes resource; a resource with more is read by direct calls")
+	if cmd.Name() == "bench" {
+		fs.IntVar(&f.maxCachedObjects, "max-cached-objects", capabilities.DefaultMaxCachedObjects, "most objects cached per Kubernetes resource; a resource with more is read by direct calls")
+	} else {
+		f.direct = true // one evaluation: direct calls, no caches to fill
+	}
 	cmd.MarkFlagsMutuallyExclusive("record-host-capabilities-interactions", "replay-host-capabilities-interactions")
 }
 
@@ -75,7 +82,11 @@ func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyR
 		if err != nil {
 			return nil, nil, fmt.Errorf("--allow-context-aware: %w", err)
 		}
-		if opts.Kubernetes, err = capabilities.NewKubernetesForConfig(cfg, capabilities.KubeOptions{MaxCachedObjects: f.maxCachedObjects}); err != nil {
+		max := f.maxCachedObjects
+		if f.direct {
+			max = -1
+		}
+		if opts.Kubernetes, err = capabilities.NewKubernetesForConfig(cfg, capabilities.KubeOptions{MaxCachedObjects: max}); err != nil {
 			return nil, nil, err
 		}
 	}

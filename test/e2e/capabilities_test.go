@@ -137,26 +137,43 @@ func TestCapabilities(t *testing.T) {
 		if !strings.Contains(stderr, "kubernetes cache synced") {
 			t.Fatalf("the Namespace cache did not sync:\n%s", stderr)
 		}
-		b, err := os.ReadFile(session)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// every answer, direct at first, then from the cache, is the same list
-		payloads := map[string]int{}
-		for _, line := range strings.Split(string(b), "\n") {
-			if p, ok := strings.CutPrefix(strings.TrimSpace(line), "payload: "); ok {
-				payloads[p]++
-			}
-		}
-		if len(payloads) != 1 {
-			t.Fatalf("%d different answers, want 1: %v", len(payloads), payloads)
-		}
-		for p, n := range payloads {
-			if n < 50 || !strings.Contains(p, "cap-labelled") || strings.Contains(p, "cap-bare") {
-				t.Fatalf("%d answers %s", n, p)
-			}
-		}
+		samePayloads(t, session, 50)
 	})
+
+	t.Run("bench over the cache cap answers by direct calls", func(t *testing.T) {
+		session := filepath.Join(dir, "bench-cap.yml")
+		_, stderr := tollgateRun(t, ctx, append([]string{"bench", policy, "-r", req, "--settings-json", listSelected, "--count", "20", "--warmup", "0",
+			"--duration", "1s", "--max-cached-objects", "1", "--record-host-capabilities-interactions", session}, live...)...)
+		if !strings.Contains(stderr, "more objects than the cache cap") || strings.Contains(stderr, "kubernetes cache synced") {
+			t.Fatalf("the Namespace cache did not give up at its cap:\n%s", stderr)
+		}
+		samePayloads(t, session, 20)
+	})
+}
+
+// samePayloads checks that a recorded session holds at least n answers, all the same list that
+// names cap-labelled and not cap-bare.
+func samePayloads(t *testing.T, session string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "payload: "); ok {
+			payloads[p]++
+		}
+	}
+	if len(payloads) != 1 {
+		t.Fatalf("%d different answers, want 1: %v", len(payloads), payloads)
+	}
+	for p, got := range payloads {
+		if got < n || !strings.Contains(p, "cap-labelled") || strings.Contains(p, "cap-bare") {
+			t.Fatalf("%d answers %s", got, p)
+		}
+	}
 }
 
 // tollgateRun runs the tollgate binary and fails the test on a non-zero exit.
