@@ -30,7 +30,9 @@ Exit status: 0 when the policy was evaluated (accepted or not), 1 otherwise
 (settings rejected, module or input errors, trap, timeout).`,
 		Example: `  tollgate run examples/capabilities-drop/policy.wasm -r examples/capabilities-drop/testdata/pod-adds-capabilities.json
   tollgate run policy.wasm -r review.json -s settings.yaml -o yaml
-  cat review.json | tollgate run policy.wasm -r - --settings-json '{"mandatory_labels":["team"]}'`,
+  cat review.json | tollgate run policy.wasm -r - --settings-json '{"mandatory_labels":["team"]}'
+  tollgate run policy.wasm -r review.json --allow-context-aware --kubeconfig ~/.kube/config --record-host-capabilities-interactions session.yml
+  tollgate run policy.wasm -r review.json --allow-context-aware --replay-host-capabilities-interactions session.yml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkFormat(output, "", "json", "yaml"); err != nil {
