@@ -30,6 +30,10 @@ type benchReport struct {
 	// fraction of the mean.
 	GuestMean    time.Duration `json:"guest_mean_ns"`
 	HostOverhead float64       `json:"host_overhead_fraction"`
+	// StartMean is the mean part of the guest time a wasi policy spent
+	// starting its module (zero for waPC, and when instances started ahead).
+	StartMean time.Duration `json:"start_mean_ns,omitempty"`
+	Mode      string        `json:"execution_mode"`
 }
 
 func newBenchCmd() *cobra.Command {
@@ -64,14 +68,14 @@ Takes the same inputs as run.`,
 				return err
 			}
 			defer p.close(ctx)
-			rep := benchReport{Module: args[0], Warmup: warmup, LoadTime: time.Since(loadStart)}
+			rep := benchReport{Module: args[0], Warmup: warmup, LoadTime: time.Since(loadStart), Mode: p.policy.Mode()}
 			for i := 0; i < warmup; i++ {
 				if _, err := p.evaluate(ctx); err != nil {
 					return fmt.Errorf("warm-up evaluation %d: %w", i+1, err)
 				}
 			}
 			samples := make([]time.Duration, 0, count)
-			var guest time.Duration
+			var guest, startCost time.Duration
 			start := time.Now()
 			for i := 0; i < count || (duration > 0 && time.Since(start) < duration); i++ {
 				t := time.Now()
@@ -81,12 +85,14 @@ Takes the same inputs as run.`,
 				}
 				samples = append(samples, time.Since(t))
 				guest += res.GuestDuration
+				startCost += res.StartDuration
 				rep.Accepted, rep.Mutated = res.Response.Accepted, res.Patch != nil
 			}
 			rep.Total = time.Since(start)
 			summarize(&rep, samples)
 			if rep.Count > 0 && rep.Mean > 0 {
 				rep.GuestMean = guest / time.Duration(rep.Count)
+				rep.StartMean = startCost / time.Duration(rep.Count)
 				rep.HostOverhead = 1 - float64(rep.GuestMean)/float64(rep.Mean)
 			}
 			if output != "" {
@@ -103,6 +109,9 @@ Takes the same inputs as run.`,
 			fmt.Fprintf(w, "p99:         %s\n", rep.P99)
 			fmt.Fprintf(w, "min / max:   %s / %s\n", rep.Min, rep.Max)
 			fmt.Fprintf(w, "guest mean:  %s (host overhead %.1f%% of the mean)\n", rep.GuestMean, 100*rep.HostOverhead)
+			if rep.Mode != "kubewarden-wapc" {
+				fmt.Fprintf(w, "start:       %s of the guest mean starting the %s module\n", rep.StartMean, rep.Mode)
+			}
 			return nil
 		},
 	}

@@ -85,7 +85,7 @@ func TestWasiOutcomes(t *testing.T) {
 		{behaviour: "hostcall", spec: policy.Spec{HostCalls: hostCalls}, message: `host answer: {"answer":"kubernetes/ns/op"}`},
 		{behaviour: "hostcall", message: "host error: host capability kubernetes/ns/op is not available"},
 		{behaviour: "loop", err: wasm.ErrTimeout},
-		{behaviour: "alloc", spec: policy.Spec{MemoryLimitBytes: 64 << 20}, err: wasm.ErrMemoryLimit},
+		{behaviour: "alloc", spec: policy.Spec{MemoryLimitBytes: 64 << 20, Timeout: 10 * time.Second}, err: wasm.ErrMemoryLimit},
 		{behaviour: "big", spec: policy.Spec{MaxResponseBytes: 1 << 20}, err: policy.ErrInvalidResponse},
 		{behaviour: "garbage", err: policy.ErrInvalidResponse},
 		{behaviour: "nothing", err: policy.ErrInvalidResponse},

@@ -34,6 +34,9 @@ const Argv0 = "policy.wasm"
 // DefaultMaxOutputBytes caps stdout when Config.MaxOutputBytes is zero.
 const DefaultMaxOutputBytes = 16 << 20
 
+// mergeGap is the largest run of zeros written between two merged data segments.
+const mergeGap = 4096
+
 // maxStderrBytes is how much stderr is kept (the rest is dropped).
 const maxStderrBytes = 64 << 10
 
@@ -82,6 +85,12 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	}
 	if cache == nil {
 		cache = wazero.NewCompilationCache()
+	}
+	// A standard-Go module has tens of thousands of data segments, which
+	// wazero applies one by one at every instantiation: merged, they cost one
+	// copy (see wasmbin.MergeData and RATIONALE.md).
+	if merged, ok, err := wasmbin.MergeData(code, mergeGap); err == nil && ok {
+		code = merged
 	}
 	rctx := context.WithoutCancel(ctx)
 	rt := wazero.NewRuntimeWithConfig(rctx, wazero.NewRuntimeConfigCompiler().

@@ -83,7 +83,7 @@ func validate(payload []byte) ([]byte, error) {
 			sink = append(sink, make([]byte, 1<<20))
 		}
 	case "big":
-		return []byte(`{"accepted":true,"message":"` + strings.Repeat("x", 4<<20) + `"}`), nil
+		return []byte(`{"accepted":true,"message":"` + strings.Repeat("x", 20<<20) + `"}`), nil
 	case "garbage":
 		return []byte("this is not JSON"), nil
 	case "nothing":
