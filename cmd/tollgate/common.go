@@ -179,6 +179,7 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 		ID: uri, Module: m.Wasm, Settings: settings,
 		Timeout: rt.timeout, MemoryLimitBytes: rt.memoryLimit, PoolSize: poolSize,
 		HostCalls: hostCalls, ExecutionMode: in.mode,
+		HostCallsInline: true, // host/capabilities returns by the deadline itself
 	})
 	if err != nil {
 		_ = h.Close(ctx)

@@ -98,7 +98,7 @@ func TestGuestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	measure := func(name string, settings []byte, hc HostCallFunc) time.Duration {
-		p, err := ph.Load(ctx, policy.Spec{ID: name, Module: wasmBytes, Settings: settings, PoolSize: 1, HostCalls: hc})
+		p, err := ph.Load(ctx, policy.Spec{ID: name, Module: wasmBytes, Settings: settings, PoolSize: 1, HostCalls: hc, HostCallsInline: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,9 @@ import (
 // withHostCalls attaches this policy's host-call handler to ctx. The handler
 // value is made once at load, not per request.
 func (p *Policy) withHostCalls(ctx context.Context) context.Context {
+	if p.inlineHostCalls {
+		return wasm.WithInlineHostCallHandler(ctx, p.hostHandler)
+	}
 	return wasm.WithHostCallHandler(ctx, p.hostHandler)
 }
 

@@ -59,6 +59,8 @@ type HostLoader struct {
 }
 
 // HostCallsFunc makes a policy's host-call handler (see HostLoader.HostCalls).
+// Its handlers must return by their context's deadline: they run inline on
+// the guest's goroutine (policy.Spec.HostCallsInline).
 type HostCallsFunc func(id string, resources []config.ContextAwareResource, hostCapabilities []string) (wasm.HostCallHandler, error)
 
 // hostCallsOf is the loader's host-call maker, nil when it has none.
@@ -326,6 +328,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			var err error
 			if hc := hostCallsOf(l); hc != nil {
 				spec.HostCalls, err = hc(u.id, car, caps)
+				spec.HostCallsInline = true // HostCallsFunc's handlers return by the deadline
 			}
 			var ev Evaluator
 			if err == nil {
