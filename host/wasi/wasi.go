@@ -178,7 +178,9 @@ func (m *Module) Run(ctx context.Context, timeout time.Duration, args []string, 
 		select {
 		case s = <-m.ahead:
 			s.ahead = true
-			m.refill()
+			// The replacement starts once this evaluation is done, not
+			// competing with it for the CPU.
+			defer m.refill()
 		default:
 		}
 	}
@@ -233,7 +235,7 @@ func (m *Module) start(args []string) *session {
 	s.stdin = pipe{delivered: make(chan struct{}), stop: s.ctx.Done(), first: s.markFirst}
 	s.stdout = capped{limit: m.cfg.MaxOutputBytes, over: s.cancel}
 	s.stderr = capped{limit: maxStderrBytes, truncate: true}
-	ictx, refused := wasm.WithMemoryCap(context.WithValue(s.ctx, sessionKey{}, s), m.cfg.MemoryLimitBytes)
+	ictx, refused := withMemoryCap(context.WithValue(s.ctx, sessionKey{}, s), m.cfg.MemoryLimitBytes)
 	s.refused = refused
 	cfg := m.base.WithArgs(append([]string{Argv0}, args...)...).
 		WithStdin(&s.stdin).WithStdout(&s.stdout).WithStderr(&s.stderr)

@@ -1,0 +1,5 @@
+//go:build darwin || freebsd
+
+package wasi
+
+const mapNoReserve = 0

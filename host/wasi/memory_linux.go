@@ -1,0 +1,5 @@
+package wasi
+
+import "syscall"
+
+const mapNoReserve = syscall.MAP_NORESERVE
