@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,4 +189,93 @@ func tollgateRun(t *testing.T, ctx context.Context, args ...string) (stdout, std
 		t.Fatalf("tollgate %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
 	}
 	return out.String(), errOut.String()
+}
+
+// TestCapabilitiesServe: `tollgate serve --kubeconfig` answers admission reviews of a context-aware
+// policy from live namespaces, and /metrics shows the capability calls and the cache hits.
+func TestCapabilitiesServe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := env.cluster
+	for name, labels := range map[string]map[string]string{"srv-labelled": {"cost-center": "cc-2"}, "srv-bare": nil} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	dir := t.TempDir()
+	mod := filepath.Join(env.root, "test/testdata/policies/namespace-label/policy.wasm")
+	pols := filepath.Join(dir, "policies.yml")
+	if err := os.WriteFile(pols, []byte("ns-label:\n  module: file://"+mod+"\n  settings: {label: cost-center}\n"+
+		"  contextAwareResources: [{apiVersion: v1, kind: Namespace}]\n  hostCapabilities: [kubernetes/get_resource]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port, probe := freePort(t), freePort(t)
+	var logs bytes.Buffer
+	srv := exec.CommandContext(ctx, env.bin, "serve", "--policies", pols, "--insecure-http", "--addr", "127.0.0.1",
+		"--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(probe), "--kubeconfig", c.Kubeconfig,
+		"--cache-dir", filepath.Join(env.dir, "wasm-cache"))
+	srv.Stdout, srv.Stderr = &logs, &logs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = srv.Process.Signal(os.Interrupt)
+		_ = srv.Wait()
+		if t.Failed() {
+			t.Logf("serve log:\n%s", logs.String())
+		}
+	}()
+	base, probeURL := fmt.Sprintf("http://127.0.0.1:%d", port), fmt.Sprintf("http://127.0.0.1:%d", probe)
+	eventually(t, 60*time.Second, func() error {
+		resp, err := http.Get(probeURL + "/readiness")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readiness %d", resp.StatusCode)
+		}
+		return nil
+	})
+	review := func(ns string) string {
+		body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-` + ns + `","kind":{"group":"","version":"v1","kind":"Pod"},` +
+			`"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","namespace":"` + ns + `","userInfo":{"username":"e2e"},` +
+			`"object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"` + ns + `"}}}}`
+		resp, err := http.Post(base+"/validate/ns-label", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	for i := 0; i < 20; i++ {
+		if got := review("srv-labelled"); !strings.Contains(got, `"allowed":true`) {
+			t.Fatalf("srv-labelled: %s", got)
+		}
+		if got := review("srv-bare"); !strings.Contains(got, `"allowed":false`) || !strings.Contains(got, "namespace srv-bare has no label cost-center") {
+			t.Fatalf("srv-bare: %s", got)
+		}
+		time.Sleep(50 * time.Millisecond) // the cache syncs meanwhile
+	}
+	resp, err := http.Get(probeURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`tollgate_capability_calls_total{capability="kubernetes/get_resource",outcome="success",policy="ns-label"} 40`,
+		`tollgate_capability_cache_requests_total{capability="kubernetes/get_resource",result="hit"}`,
+		`tollgate_capability_cache_objects{resource="v1/Namespace"}`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(logs.String(), "not served by this server yet") {
+		t.Error("serve warned that contextAwareResources are not served")
+	}
 }
