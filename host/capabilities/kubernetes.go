@@ -135,6 +135,9 @@ func NewKubernetesForConfig(cfg *rest.Config, o KubeOptions) (*Kubernetes, error
 func RESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
+	// no migration of ~/.kube/.kubeconfig: it stats the home directory, which
+	// fails in a pod whose HOME is not a directory
+	rules.MigrationRules = nil
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
 		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 	if err != nil {
