@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: e2e crds all build demo-modules bench-server bench-operator policies test test-modules bench check tools clean demo map-tinygo-probe
+.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-operator policies test test-modules bench check tools clean demo map-tinygo-probe
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -92,6 +92,15 @@ BENCH_DURATION ?= 20s
 bench-server: policies build
 	$(GO) build -o bin/loadgen ./test/loadgen
 	bin/loadgen suite -tollgate bin/tollgate -duration $(BENCH_DURATION)
+
+# bench-rounds drives one `tollgate serve` (the mutating example on the realistic 5 KB Pod of
+# test/testdata/reviews) with ROUNDS closed-loop rounds of ROUND each and prints req/s, the
+# server's CPU per request and RSS per round: does throughput decay while the server runs?
+ROUNDS ?= 10
+ROUND ?= 10s
+bench-rounds: policies build
+	$(GO) build -o bin/loadgen ./test/loadgen
+	bin/loadgen rounds -tollgate bin/tollgate -rounds $(ROUNDS) -round $(ROUND)
 
 # bench-operator measures the operator at scale (test/e2e BenchmarkOperatorScale, docs/benchmarks.md
 # "Operator"): 200 policies on 5 PolicyServers on a real apiserver, the time to all active, the

@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkEvaluate measures one evaluation (request encoding, guest call,
-// response decoding and diff) of the examples on a typical Pod request, and
+// response decoding and diff) of the examples on a small Pod request and on
+// realistic objects (test/testdata/reviews), and
 // reports the share of the time spent outside the guest (host-overhead-%).
 func BenchmarkEvaluate(b *testing.B) {
 	for _, bc := range []struct {
@@ -20,6 +21,8 @@ func BenchmarkEvaluate(b *testing.B) {
 	}{
 		{"required-labels-tinygo", "examples/required-labels", "examples/required-labels/testdata/pod-no-labels.json", "examples/required-labels/testdata/settings.json"},
 		{"capabilities-drop-tinygo-mutating", "examples/capabilities-drop", "examples/capabilities-drop/testdata/pod-adds-capabilities.json", ""},
+		{"capabilities-drop-tinygo-mutating-pod5k", "examples/capabilities-drop", "test/testdata/reviews/pod.json", ""},
+		{"required-labels-tinygo-configmap50k", "examples/required-labels", "test/testdata/reviews/configmap-50k.json", "examples/required-labels/testdata/settings.json"},
 		{"go-image-registries-stdgo", "examples/go-image-registries", "examples/go-image-registries/testdata/pod-allowed.json", "examples/go-image-registries/testdata/settings.json"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
