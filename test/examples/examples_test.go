@@ -295,10 +295,12 @@ func TestExampleTestdataIsCovered(t *testing.T) {
 		"raw-validation/request-user-denied.json", "raw-validation/request-action-denied.json",
 		"raw-validation/request-no-user.json", "raw-validation/settings.json",
 		"raw-validation/settings-no-users.json", "raw-validation/settings-unknown-field.json",
+		"wasi-required-labels/pod-labelled.json", "wasi-required-labels/pod-missing-app.json",
+		"wasi-required-labels/settings.json", "wasi-required-labels/settings-empty.json",
 	} {
 		covered[f] = true
 	}
-	for _, example := range []string{"capabilities-drop", "required-labels", "raw-validation"} {
+	for _, example := range []string{"capabilities-drop", "required-labels", "raw-validation", "wasi-required-labels"} {
 		entries, err := os.ReadDir(testfixture.Path("examples/" + example + "/testdata"))
 		if err != nil {
 			t.Fatal(err)
