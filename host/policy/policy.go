@@ -175,7 +175,7 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	}
 	mod, err := h.engine.Compile(ctx, s.Module, wasm.ModuleConfig{MemoryLimitBytes: s.MemoryLimitBytes, Digest: s.Digest})
 	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+		return nil, fmt.Errorf("policy %s: %w", s.ID, hintWasi(err, s.Module))
 	}
 	size := s.PoolSize
 	if size <= 0 {

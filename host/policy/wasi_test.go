@@ -119,6 +119,15 @@ func TestWasiOutcomes(t *testing.T) {
 	}
 }
 
+func TestBareWasiModuleNeedsMode(t *testing.T) {
+	h, _ := newHost(t)
+	// the compiler output before annotate: no metadata
+	_, err := h.Load(context.Background(), policy.Spec{ID: "bare", Module: testfixture.File(t, wasiFixture+"/policy.raw.wasm")})
+	if !errors.Is(err, wasm.ErrNotWapc) || !strings.Contains(err.Error(), "-e wasi") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
 func TestWasiSettingsExitMessage(t *testing.T) {
 	h, _ := newHost(t)
 	_, err := wasiMisbehave(t, h, "settings-exit", policy.Spec{})
