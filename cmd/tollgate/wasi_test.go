@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -46,6 +47,15 @@ func TestRunWasi(t *testing.T) {
 	_, err = tollgate(t, "", "run", bad, "-r", req, "--settings-json", `{"behaviour":"big"}`)
 	if err == nil || !strings.Contains(err.Error(), "output exceeds its limit") {
 		t.Fatalf("big: %v", err)
+	}
+
+	annotated := filepath.Join(t.TempDir(), "policy.wasm")
+	if out, err := tollgate(t, "", "annotate", ex("wasi-required-labels/policy.raw.wasm"), "-m", ex("wasi-required-labels/metadata.yml"), "-o", annotated); err != nil {
+		t.Fatalf("annotate: %v %s", err, out)
+	}
+	out, err = tollgate(t, "", "inspect", annotated)
+	if err != nil || !strings.Contains(out, "Execution mode:          wasi") || !strings.Contains(out, "Protocol version:        Unknown") {
+		t.Fatalf("inspect: %v %s", err, out)
 	}
 
 	out, err = tollgate(t, "", "bench", mod, "-r", req, "-s", settings, "--count", "20", "--warmup", "2")
