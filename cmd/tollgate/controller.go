@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -43,6 +44,11 @@ creating it when missing and renewing it before it expires.`,
   tollgate controller --kubeconfig ~/.kube/config --context kind-dev --namespace tollgate`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The controller's heap is small and its CPU mostly idle: collect more often to keep
+			// its memory down (docs/benchmarks.md, "Operator"), unless GOGC says otherwise.
+			if os.Getenv("GOGC") == "" {
+				debug.SetGCPercent(50)
+			}
 			return runController(cmd, f)
 		},
 	}
