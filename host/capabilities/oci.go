@@ -24,7 +24,7 @@ func (h *Host) oci(ctx context.Context, tag, image string) ([]byte, error) {
 		return nil, errors.New("no OCI registry client is configured")
 	}
 	key := tag + "\x00" + image
-	capName := map[string]string{"OciManifestDigest": "oci/v1/manifest_digest", "OciManifest": "oci/v1/oci_manifest", "OciManifestAndConfig": "oci/v1/oci_manifest_config"}[tag]
+	capName := ociCapabilities[tag]
 	if b, ok := h.ociTTL.get(key); ok {
 		h.m.cache(capName, "hit")
 		return b, nil

@@ -141,6 +141,15 @@ func capabilityLabel(namespace, operation string) string {
 	return "unknown"
 }
 
+// ociTags are the session tags of the oci/v1 manifest operations, and
+// ociCapabilities the capability path of each tag (built once, not per call).
+var (
+	ociTags = map[string]string{"v1/manifest_digest": "OciManifestDigest", "v1/oci_manifest": "OciManifest",
+		"v1/oci_manifest_config": "OciManifestAndConfig"}
+	ociCapabilities = map[string]string{"OciManifestDigest": "oci/v1/manifest_digest", "OciManifest": "oci/v1/oci_manifest",
+		"OciManifestAndConfig": "oci/v1/oci_manifest_config"}
+)
+
 // decode parses a payload the way policy-evaluator does (unknown operation
 // and namespace errors included).
 func decode(namespace, operation string, payload []byte) (*request, error) {
@@ -159,8 +168,7 @@ func decode(namespace, operation string, payload []byte) (*request, error) {
 			if err := json.Unmarshal(payload, &s); err != nil {
 				return nil, payloadError(err)
 			}
-			tag := map[string]string{"v1/manifest_digest": "OciManifestDigest", "v1/oci_manifest": "OciManifest", "v1/oci_manifest_config": "OciManifestAndConfig"}[operation]
-			return &request{tag, &imageRequest{Image: s}}, nil
+			return &request{ociTags[operation], &imageRequest{Image: s}}, nil
 		case "v1/verify", "v2/verify":
 			return decodeVerify(operation, payload)
 		}
@@ -311,6 +319,10 @@ func decodeCanI(payload []byte) (*request, error) {
 	return &request{"KubernetesCanI", v}, nil
 }
 
+// verifyVariants are the signature verification variants a verify call may name.
+var verifyVariants = map[string]bool{"SigstorePubKeyVerify": true, "SigstoreKeylessVerify": true,
+	"SigstoreKeylessPrefixVerify": true, "SigstoreGithubActionsVerify": true, "SigstoreCertificateVerify": true}
+
 // decodeVerify: v1 is externally tagged ({"SigstorePubKeyVerify": {...}}),
 // v2 internally ({"type": "SigstorePubKeyVerify", ...}).
 func decodeVerify(operation string, payload []byte) (*request, error) {
@@ -318,22 +330,20 @@ func decodeVerify(operation string, payload []byte) (*request, error) {
 	if err := json.Unmarshal(payload, &m); err != nil {
 		return nil, payloadError(err)
 	}
-	known := map[string]bool{"SigstorePubKeyVerify": true, "SigstoreKeylessVerify": true,
-		"SigstoreKeylessPrefixVerify": true, "SigstoreGithubActionsVerify": true, "SigstoreCertificateVerify": true}
 	if operation == "v1/verify" {
 		if len(m) != 1 {
 			return nil, errorf("invalid host call payload: want an object with one variant key")
 		}
 		for k, v := range m {
 			inner, ok := v.(map[string]any)
-			if !known[k] || !ok {
+			if !verifyVariants[k] || !ok {
 				return nil, errorf("unknown variant `%s`", k)
 			}
 			return &request{k, &verifyRequest{inner}}, nil
 		}
 	}
 	t, _ := m["type"].(string)
-	if !known[t] {
+	if !verifyVariants[t] {
 		return nil, errorf("unknown variant `%s`", t)
 	}
 	delete(m, "type")
