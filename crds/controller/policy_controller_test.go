@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -202,7 +203,7 @@ func (e *env) addServer(ps string) *fakeServer {
 			Labels:    map[string]string{discoveryv1.LabelServiceName: PolicyServerObjectName(ps)},
 		},
 		AddressType: discoveryv1.AddressTypeFQDN,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr(true)}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port}},
 	}
 	if err := e.c.Create(e.ctx, sl); err != nil {
@@ -569,7 +570,7 @@ func TestEndpoints(t *testing.T) {
 	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: testNS, Name: PolicyServerObjectName("default") + "-2"}, &sl); err != nil {
 		t.Fatal(err)
 	}
-	sl.Endpoints[0].Conditions.Ready = ptr(false)
+	sl.Endpoints[0].Conditions.Ready = ptr.To(false)
 	if err := e.c.Update(e.ctx, &sl); err != nil {
 		t.Fatal(err)
 	}
@@ -684,7 +685,7 @@ func TestWebhookRestoredAndCARotation(t *testing.T) {
 	w := getValidating(e, id)
 
 	// Edited by hand: restored.
-	w.Webhooks[0].FailurePolicy = ptr(admv1.Ignore)
+	w.Webhooks[0].FailurePolicy = ptr.To(admv1.Ignore)
 	if err := e.c.Update(e.ctx, w); err != nil {
 		t.Fatal(err)
 	}
@@ -793,7 +794,7 @@ func TestConfigHoldsBuiltEntries(t *testing.T) {
 	c := cap1("settings")
 	c.Spec.Settings.Raw = []byte(`{"big": 12345678901234567891, "f": 1.50, "list": [1, "a", null], "nested": {"z": 1, "a": 2}}`)
 	c.Spec.ContextAwareResources = []v1.ContextAwareResource{{APIVersion: "v1", Kind: "Namespace"}}
-	c.Spec.TimeoutEvalSeconds = ptr(int32(3))
+	c.Spec.TimeoutEvalSeconds = ptr.To(int32(3))
 	ap := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "a"}}
 	ap.Spec.PolicyServer, ap.Spec.Module = "default", "ghcr.io/x/y:v1"
 	g := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "g"}}
@@ -842,7 +843,7 @@ func TestSetupPolicyReconcilers(t *testing.T) {
 		Scheme:  Scheme(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// Controller names are unique per process: other tests may register these too.
-		Controller: crconfig.Controller{SkipNameValidation: ptr(true)},
+		Controller: crconfig.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
@@ -56,7 +57,7 @@ func renderWebhook(p v1.Policy, id string, o Options, caBundle []byte, entryDige
 			Namespace: o.Namespace,
 			Name:      PolicyServerObjectName(spec.PolicyServer),
 			Path:      &path,
-			Port:      ptr(serviceWebhookPort),
+			Port:      ptr.To(serviceWebhookPort),
 		},
 		CABundle: append([]byte(nil), caBundle...),
 	}
@@ -99,7 +100,7 @@ func renderWebhook(p v1.Policy, id string, o Options, caBundle []byte, entryDige
 				SideEffects:             &side,
 				TimeoutSeconds:          &timeout,
 				AdmissionReviewVersions: versions,
-				ReinvocationPolicy:      ptr(admv1.NeverReinvocationPolicy),
+				ReinvocationPolicy:      ptr.To(admv1.NeverReinvocationPolicy),
 				MatchConditions:         conds,
 			}},
 		}
@@ -121,8 +122,6 @@ func renderWebhook(p v1.Policy, id string, o Options, caBundle []byte, entryDige
 		}},
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // webhookRules converts the policy's rules; a namespaced policy's rules are forced to the
 // Namespaced scope, and a missing scope is the apiserver's default "*".
@@ -290,7 +289,7 @@ func deleteWebhooks(ctx context.Context, c client.Client, p v1.Policy, id string
 		if !webhookOf(obj, p) {
 			continue
 		}
-		if err := c.Delete(ctx, obj, client.Preconditions{UID: ptr(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+		if err := c.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			return deleted, fmt.Errorf("deleting %T %s: %w", obj, id, err)
 		}
 		deleted = true

@@ -7,6 +7,7 @@ import (
 	admv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
@@ -16,15 +17,15 @@ func TestRenderWebhook(t *testing.T) {
 	o := Options{Namespace: testNS}
 	rules := []v1.RuleWithOperations{{
 		Operations: []v1.OperationType{"CREATE", "UPDATE"}, APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"},
-		Scope: ptr(v1.ScopeType("Cluster")),
+		Scope: ptr.To(v1.ScopeType("Cluster")),
 	}}
 	spec := v1.WebhookSpec{
 		PolicyServer:    "edge",
 		Rules:           rules,
 		MatchConditions: []v1.MatchCondition{{Name: "not-kube-system", Expression: "request.namespace != 'kube-system'"}},
 		ObjectSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
-		FailurePolicy:   ptr(v1.FailurePolicyType("Ignore")),
-		TimeoutSeconds:  ptr(int32(5)),
+		FailurePolicy:   ptr.To(v1.FailurePolicyType("Ignore")),
+		TimeoutSeconds:  ptr.To(int32(5)),
 	}
 	userSel := &metav1.LabelSelector{
 		MatchLabels:      map[string]string{"env": "prod"},
@@ -111,19 +112,19 @@ func TestRenderWebhook(t *testing.T) {
 			want := admv1.ValidatingWebhook{
 				Name: tt.id + ".policies.tollgate.dev",
 				ClientConfig: admv1.WebhookClientConfig{
-					Service:  &admv1.ServiceReference{Namespace: testNS, Name: "policy-server-edge", Path: ptr("/validate/" + tt.id), Port: ptr(int32(443))},
+					Service:  &admv1.ServiceReference{Namespace: testNS, Name: "policy-server-edge", Path: ptr.To("/validate/" + tt.id), Port: ptr.To(int32(443))},
 					CABundle: []byte("PEM"),
 				},
 				Rules: []admv1.RuleWithOperations{{
 					Operations: []admv1.OperationType{"CREATE", "UPDATE"},
-					Rule:       admv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}, Scope: ptr(tt.scope)},
+					Rule:       admv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}, Scope: ptr.To(tt.scope)},
 				}},
-				FailurePolicy:           ptr(admv1.Ignore),
-				MatchPolicy:             ptr(admv1.Equivalent),
+				FailurePolicy:           ptr.To(admv1.Ignore),
+				MatchPolicy:             ptr.To(admv1.Equivalent),
 				NamespaceSelector:       tt.nsSel,
 				ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
-				SideEffects:             ptr(admv1.SideEffectClassNone),
-				TimeoutSeconds:          ptr(int32(5)),
+				SideEffects:             ptr.To(admv1.SideEffectClassNone),
+				TimeoutSeconds:          ptr.To(int32(5)),
 				AdmissionReviewVersions: []string{"v1"},
 				MatchConditions:         []admv1.MatchCondition{{Name: "not-kube-system", Expression: "request.namespace != 'kube-system'"}},
 			}

@@ -10,6 +10,7 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
@@ -28,7 +29,7 @@ func TestServerStatusesEndpoints(t *testing.T) {
 	}
 	c := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(
 		slice("a", "policy-server-x", []discoveryv1.EndpointPort{port("policy-server", 8443), port("readiness", 8081)},
-			ep("10.0.0.1", ptr(true)), ep("10.0.0.2", nil), ep("10.0.0.3", ptr(false))),
+			ep("10.0.0.1", ptr.To(true)), ep("10.0.0.2", nil), ep("10.0.0.3", ptr.To(false))),
 		slice("b", "policy-server-x", []discoveryv1.EndpointPort{port("readiness", 8081)}, ep("fd00::1", nil), ep("10.0.0.1", nil)),
 		// No readiness port: not asked.
 		slice("c", "policy-server-x", []discoveryv1.EndpointPort{port("policy-server", 8443)}, ep("10.0.0.9", nil)),
