@@ -224,17 +224,9 @@ func applyWebhook(ctx context.Context, c client.Client, p v1.Policy, desired cli
 	changed := false
 	switch e := existing.(type) {
 	case *admv1.ValidatingWebhookConfiguration:
-		d := desired.(*admv1.ValidatingWebhookConfiguration)
-		if !equality.Semantic.DeepEqual(e.Webhooks, d.Webhooks) {
-			e.Webhooks = d.Webhooks
-			changed = true
-		}
+		changed = setIfDifferent(&e.Webhooks, desired.(*admv1.ValidatingWebhookConfiguration).Webhooks)
 	case *admv1.MutatingWebhookConfiguration:
-		d := desired.(*admv1.MutatingWebhookConfiguration)
-		if !equality.Semantic.DeepEqual(e.Webhooks, d.Webhooks) {
-			e.Webhooks = d.Webhooks
-			changed = true
-		}
+		changed = setIfDifferent(&e.Webhooks, desired.(*admv1.MutatingWebhookConfiguration).Webhooks)
 	}
 	labels, lc := mergeLabels(existing.GetLabels(), desired.GetLabels())
 	annotations, ac := mergeLabels(existing.GetAnnotations(), desired.GetAnnotations())
@@ -247,6 +239,15 @@ func applyWebhook(ctx context.Context, c client.Client, p v1.Policy, desired cli
 		return false, err
 	}
 	return true, nil
+}
+
+// setIfDifferent sets *have to want unless they are semantically equal, and reports whether it did.
+func setIfDifferent[T any](have *T, want T) bool {
+	if equality.Semantic.DeepEqual(*have, want) {
+		return false
+	}
+	*have = want
+	return true
 }
 
 // getWebhook returns the policy's existing webhook configuration of either kind (the one of
