@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -278,7 +279,7 @@ func getWebhook(ctx context.Context, c client.Client, p v1.Policy, id string) (c
 func deleteWebhooks(ctx context.Context, c client.Client, p v1.Policy, id string, keep client.Object) (bool, error) {
 	deleted := false
 	for _, obj := range webhookObjects() {
-		if keep != nil && fmt.Sprintf("%T", obj) == fmt.Sprintf("%T", keep) {
+		if keep != nil && reflect.TypeOf(obj) == reflect.TypeOf(keep) {
 			continue
 		}
 		if err := c.Get(ctx, client.ObjectKey{Name: id}, obj); err != nil {
