@@ -299,8 +299,9 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	cfg.Options = s.opts
 	start := time.Now()
 	set, st := build(ctx, s.o.Loader, cfg, s.gen.Load()+1, cur)
-	set.setSource(src)
+	set.source, set.digest = src, digest // as setSource, without hashing src again
 	set.keepLoaded(cur)
+	failed, stale := set.failed(), set.staleIDs()
 	s.m.loadDuration.Observe(time.Since(start).Seconds())
 	s.countLoads(st)
 	if ctx.Err() != nil {
@@ -311,19 +312,19 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	// new and leaves the same policies failed and stale changes nothing:
 	// keep the serving set.
 	if st.loaded == 0 && src != nil && bytes.Equal(src, cur.source) &&
-		slices.Equal(set.failed(), cur.failed()) && slices.Equal(set.staleIDs(), cur.staleIDs()) {
+		slices.Equal(failed, cur.failed()) && slices.Equal(stale, cur.staleIDs()) {
 		return unchanged()
 	}
 	set.gen = s.gen.Add(1)
 	s.swap(set, trigger)
 	s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: trigger, Digest: digest})
 	var errs []error
-	for _, id := range set.failed() {
+	for _, id := range failed {
 		err := set.entries[id].err
 		s.log.Error("policy failed to load; its endpoint answers 500 until a reload fixes it", "policy", id, "error", err)
 		errs = append(errs, fmt.Errorf("policy %s: %w", id, err))
 	}
-	for _, id := range set.staleIDs() {
+	for _, id := range stale {
 		err := set.entries[id].stale
 		s.log.Error("the new version of a policy failed to load; its previous version keeps serving", "policy", id, "error", err)
 		errs = append(errs, fmt.Errorf("policy %s (previous version serving): %w", id, err))
@@ -334,7 +335,7 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	}
 	s.m.reloads.WithLabelValues(outcome).Inc()
 	s.log.Info("configuration reloaded", "trigger", trigger, "generation", set.gen, "digest", digest, "policies", len(set.entries),
-		"loaded", st.loaded, "reused", st.reused, "failed", len(set.failed()), "stale", len(set.staleIDs()),
+		"loaded", st.loaded, "reused", st.reused, "failed", len(failed), "stale", len(stale),
 		"duration", time.Since(start).Round(time.Millisecond))
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrPolicyLoad, errors.Join(errs...))
