@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/internal/kubeclient"
 )
 
 // capabilityFlags are kwctl's host-capability flags of run and bench.
@@ -78,9 +79,9 @@ func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyR
 			opts.Replay.Repeat()
 		}
 	} else if len(allow.Resources) > 0 {
-		cfg, err := capabilities.RESTConfig(f.kubeconfig, f.kubeContext)
+		cfg, err := kubeclient.Config(f.kubeconfig, f.kubeContext)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--allow-context-aware: %w", err)
+			return nil, nil, fmt.Errorf("--allow-context-aware: kubernetes configuration: %w", err)
 		}
 		max := f.maxCachedObjects
 		if f.direct {

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/server"
 	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/internal/kubeclient"
 )
 
 // addCapabilityFlags registers serve's host-capability flags, and --kubeconfig
@@ -45,10 +46,10 @@ func withCapabilities(cmd *cobra.Command, loader *server.HostLoader, so *server.
 		opts.OCI = registryCapability{reg}
 	}
 	declared := contextAwarePolicies(cfg)
-	rc, err := capabilities.RESTConfig(kubeconfig, kubeContext)
+	rc, err := kubeclient.Config(kubeconfig, kubeContext)
 	switch {
 	case err != nil && len(declared) > 0:
-		return nil, fmt.Errorf("policies %v declare contextAwareResources, but there is no Kubernetes client: %w (give --kubeconfig, or run in a cluster)", declared, err)
+		return nil, fmt.Errorf("policies %v declare contextAwareResources, but there is no Kubernetes client: kubernetes configuration: %w (give --kubeconfig, or run in a cluster)", declared, err)
 	case err != nil:
 		logger.Debug("no Kubernetes client: kubernetes host calls will fail", "error", err)
 	default:

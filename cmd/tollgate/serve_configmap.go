@@ -15,11 +15,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tollgate-dev/tollgate/crds/controller"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/server"
+	"github.com/tollgate-dev/tollgate/internal/kubeclient"
 )
 
 // configMapResync re-delivers the cached ConfigMap (an unchanged content reloads nothing); the
@@ -54,7 +54,7 @@ func withPoliciesConfigMap(cmd *cobra.Command, so *server.Options, opts config.O
 	}
 	kubeconfig, _ := cmd.Flags().GetString("kubeconfig")
 	kubeContext, _ := cmd.Flags().GetString("context")
-	rc, err := serveRESTConfig(kubeconfig, kubeContext)
+	rc, err := kubeclient.Config(kubeconfig, kubeContext)
 	if err != nil && kubeconfig == "" && kubeContext == "" {
 		// Not in a cluster (or no token mounted) and no kubeconfig: the API path is an
 		// improvement, never a requirement; the mounted file serves alone.
@@ -62,7 +62,7 @@ func withPoliciesConfigMap(cmd *cobra.Command, so *server.Options, opts config.O
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("--policies-configmap: %w", err)
+		return fmt.Errorf("--policies-configmap: kubeconfig: %w", err)
 	}
 	rc = rest.AddUserAgent(rest.CopyConfig(rc), "tollgate-serve")
 	cs, err := kubernetes.NewForConfig(rc)
@@ -80,25 +80,6 @@ func withPoliciesConfigMap(cmd *cobra.Command, so *server.Options, opts config.O
 	}
 	logger.Info("watching the policies' ConfigMap through the Kubernetes API", "configmap", ref, "host", rc.Host)
 	return nil
-}
-
-// serveRESTConfig is the client configuration of --kubeconfig and --context; without them the
-// in-cluster one, else $KUBECONFIG or ~/.kube/config. A server migrates no old kubeconfig (the
-// default rules would stat ~/.kube/config, which fails under a HOME that is not a directory).
-func serveRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
-	if kubeconfig == "" && kubeContext == "" {
-		if c, err := rest.InClusterConfig(); err == nil {
-			return c, nil
-		}
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	rules.MigrationRules = nil
-	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	return c, nil
 }
 
 // configMapSource lists and watches the one ConfigMap ns/name (field selector on its name, so

@@ -11,8 +11,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/internal/kubeclient"
 )
 
 // Scheme returns a scheme with the Kubernetes kinds and tollgate's.
@@ -35,34 +34,15 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// RestConfig returns the configuration for kubeconfig and context, or the in-cluster one
-// (falling back to the usual kubeconfig rules) when both are empty.
-func RestConfig(kubeconfig, context string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	if kubeconfig == "" && context == "" {
-		if c, err := rest.InClusterConfig(); err == nil {
-			return c, nil
-		}
-	}
-	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("controller: kubeconfig: %w", err)
-	}
-	return c, nil
-}
-
 // Run runs the controller until ctx ends (or it loses its leadership).
 func Run(ctx context.Context, o Options) error {
 	o, err := o.withDefaults()
 	if err != nil {
 		return err
 	}
-	cfg, err := RestConfig(o.Kubeconfig, o.Context)
+	cfg, err := kubeclient.Config(o.Kubeconfig, o.Context)
 	if err != nil {
-		return err
+		return fmt.Errorf("controller: kubeconfig: %w", err)
 	}
 	// client-go's default client-side limit (5 requests/s, burst 10) throttled activating 200
 	// policies to 47-58 s (18.7 s without it): leave flow control to the apiserver (API

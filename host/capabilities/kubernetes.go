@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // DefaultMaxCachedObjects is the default cap of one resource's cache.
@@ -127,23 +126,6 @@ func NewKubernetesForConfig(cfg *rest.Config, o KubeOptions) (*Kubernetes, error
 		return cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
 	}
 	return NewKubernetes(o)
-}
-
-// RESTConfig loads a client configuration: kubeconfig ("" = $KUBECONFIG or
-// ~/.kube/config) with kubeContext ("" = its current context), else the
-// in-cluster configuration.
-func RESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	// no migration of ~/.kube/.kubeconfig: it stats the home directory, which
-	// fails in a pod whose HOME is not a directory
-	rules.MigrationRules = nil
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes configuration: %w", err)
-	}
-	return cfg, nil
 }
 
 func (k *Kubernetes) attach(m *metrics, log *slog.Logger) {
