@@ -1,10 +1,6 @@
 package controller
 
-import (
-	"fmt"
-
-	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
-)
+import "fmt"
 
 // Names of the objects the controller owns. Kubewarden's where they mean the same.
 const (
@@ -70,5 +66,3 @@ func WebhookName(id string) string { return id + ".policies.tollgate.dev" }
 
 // PolicyKinds are the policy kinds, in the order they are reconciled and listed.
 var PolicyKinds = []string{"ClusterAdmissionPolicy", "AdmissionPolicy", "ClusterAdmissionPolicyGroup", "AdmissionPolicyGroup"}
-
-var _ = v1.GroupVersion
