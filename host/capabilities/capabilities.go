@@ -145,13 +145,16 @@ func errorf(format string, args ...any) error { return &callError{fmt.Sprintf(fo
 // (kubernetes get/list), the handler.
 func (p *policyCalls) call(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, error) {
 	start := time.Now()
-	capName := capabilityLabel(namespace, operation)
-	out, outcome, err := p.dispatch(ctx, binding, namespace, operation, payload)
+	path := namespace + "/" + operation
+	capName := capabilityLabel(path)
+	out, outcome, err := p.dispatch(ctx, binding, namespace, operation, path, capName, payload)
 	p.h.m.observe(p.id, capName, outcome, time.Since(start))
 	return out, err
 }
 
-func (p *policyCalls) dispatch(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, string, error) {
+// dispatch answers a call; path is "<namespace>/<operation>" and capName its
+// metric label (computed once by call).
+func (p *policyCalls) dispatch(ctx context.Context, binding, namespace, operation, path, capName string, payload []byte) ([]byte, string, error) {
 	if binding != "kubewarden" {
 		return nil, "bad_request", errorf("unknown binding: %s", binding)
 	}
@@ -159,9 +162,8 @@ func (p *policyCalls) dispatch(ctx context.Context, binding, namespace, operatio
 		// tracing/log is answered by host/policy; any other tracing operation is unknown.
 		return nil, "bad_request", errorf("unknown operation: %s", operation)
 	}
-	path := namespace + "/" + operation
 	if !p.caps.allows(path) {
-		p.h.m.denied(p.id, capabilityLabel(namespace, operation))
+		p.h.m.denied(p.id, capName)
 		p.h.log.Error("policy tried to use a host capability it has not been granted", "policy", p.id, "capability", path)
 		return nil, "denied", errorf("Policy has not been granted access to the '%s' host capability. The violation has been reported.", path)
 	}
@@ -170,7 +172,7 @@ func (p *policyCalls) dispatch(ctx context.Context, binding, namespace, operatio
 		return nil, "bad_request", err
 	}
 	if r, ok := req.resource(); ok && !p.resources[r] {
-		p.h.m.denied(p.id, capabilityLabel(namespace, operation))
+		p.h.m.denied(p.id, capName)
 		p.h.log.Error("policy tried to read a Kubernetes resource it has not been granted", "policy", p.id,
 			"resource", r.APIVersion+"/"+r.Kind)
 		return nil, "denied", errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)

@@ -129,10 +129,9 @@ var capabilityPaths = []string{
 	"net/v1/dns_lookup_host", "crypto/v1/is_certificate_trusted",
 }
 
-// capabilityLabel is the metric label of a call: the capability path, or
-// "unknown" (bounded cardinality).
-func capabilityLabel(namespace, operation string) string {
-	p := namespace + "/" + operation
+// capabilityLabel is the metric label of a call to path ("<namespace>/<operation>"):
+// the capability path, or "unknown" (bounded cardinality).
+func capabilityLabel(p string) string {
 	for _, c := range capabilityPaths {
 		if c == p {
 			return c
