@@ -993,11 +993,11 @@ func servedCert(port int32, serverName string) (*x509.Certificate, error) {
 	return conn.ConnectionState().PeerCertificates[0], nil
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
+func freePort(tb testing.TB) int {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port

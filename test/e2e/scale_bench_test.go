@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -131,7 +130,7 @@ func startFleet(tb testing.TB, ctx context.Context, ns string) *fleet {
 	if _, err := f.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		tb.Fatal(err)
 	}
-	f.metrics, f.probe = "127.0.0.1:"+strconv.Itoa(fleetFreePort(tb)), "127.0.0.1:"+strconv.Itoa(fleetFreePort(tb))
+	f.metrics, f.probe = "127.0.0.1:"+strconv.Itoa(freePort(tb)), "127.0.0.1:"+strconv.Itoa(freePort(tb))
 	if err := f.startController(ctx); err != nil {
 		tb.Fatal(err)
 	}
@@ -712,14 +711,4 @@ func poll(ctx context.Context, timeout, interval time.Duration, f func() error) 
 		case <-time.After(interval):
 		}
 	}
-}
-
-func fleetFreePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
