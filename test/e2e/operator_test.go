@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -60,9 +61,7 @@ type operator struct {
 	dyn                    dynamic.Interface
 	k                      *kubelet.Kubelet
 	gc                     *kubelet.GarbageCollector
-	ctrl                   *exec.Cmd
-	ctrlDone               chan struct{}
-	ctrlLog                string
+	ctrl                   *controllerProc
 	requiredWasm, capsWasm string
 	volumeDelay            time.Duration
 	// configMapDelay delays ConfigMap volume updates only (E2E_CONFIGMAP_DELAY, default
@@ -578,11 +577,6 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 	}
 
 	metricsPort, probePort := freePort(t), freePort(t)
-	op.ctrlLog = filepath.Join(env.dir, "controller.log")
-	logf, err := os.Create(op.ctrlLog)
-	if err != nil {
-		t.Fatal(err)
-	}
 	args := []string{"controller",
 		"--kubeconfig=" + c.Kubeconfig,
 		"--namespace=" + controllerNS,
@@ -595,42 +589,23 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 		"--ca-validity=3m", "--ca-secret=" + caSecret,
 		"--log-fmt=json",
 	}
-	fmt.Fprintf(logf, "+ %s %s\n", env.bin, strings.Join(args, " "))
-	op.ctrl = exec.Command(env.bin, args...)
-	op.ctrl.Stdout, op.ctrl.Stderr = logf, logf
-	op.ctrl.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := op.ctrl.Start(); err != nil {
+	if op.ctrl, err = startControllerProc(filepath.Join(env.dir, "controller.log"), args); err != nil {
 		t.Fatal(err)
 	}
-	op.ctrlDone = make(chan struct{})
-	go func() { _ = op.ctrl.Wait(); logf.Close(); close(op.ctrlDone) }()
 	t.Cleanup(func() {
-		_ = op.ctrl.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-op.ctrlDone:
-		case <-time.After(15 * time.Second):
-			_ = op.ctrl.Process.Kill()
-			<-op.ctrlDone
-		}
+		_ = op.ctrl.stop()
 		if t.Failed() {
-			t.Logf("--- controller log (last 60 lines) ---\n%s", tailFile(op.ctrlLog, 60))
+			t.Logf("--- controller log (last 60 lines) ---\n%s", tailFile(op.ctrl.log, 60))
 		}
 	})
+	probe := "127.0.0.1:" + strconv.Itoa(probePort)
 	eventually(t, 60*time.Second, func() error {
-		select {
-		case <-op.ctrlDone:
-			t.Fatalf("the controller exited:\n%s", tailFile(op.ctrlLog, 40))
-		default:
+		err := op.ctrl.ready(probe)
+		var stop errStop
+		if errors.As(err, &stop) {
+			t.Fatal(stop.error)
 		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("controller /readyz: %s", resp.Status)
-		}
-		return nil
+		return err
 	})
 
 	// E2E_VOLUME_DELAY (a Go duration) delays ConfigMap and Secret volume updates as a real
@@ -991,6 +966,65 @@ func servedCert(port int32, serverName string) (*x509.Certificate, error) {
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0], nil
+}
+
+// controllerProc is a running `tollgate controller` process, its output in the file log.
+type controllerProc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited
+	log  string
+}
+
+// startControllerProc starts env.bin with args, its command line and output written to the file
+// log.
+func startControllerProc(log string, args []string) (*controllerProc, error) {
+	logf, err := os.Create(log)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(logf, "+ %s %s\n", env.bin, strings.Join(args, " "))
+	cmd := exec.Command(env.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &controllerProc{cmd: cmd, done: make(chan struct{}), log: log}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, nil
+}
+
+// ready returns nil if the controller's /readyz on probe (host:port) answers 200, an errStop if
+// the process has exited.
+func (p *controllerProc) ready(probe string) error {
+	select {
+	case <-p.done:
+		return errStop{fmt.Errorf("the controller exited:\n%s", tailFile(p.log, 40))}
+	default:
+	}
+	resp, err := http.Get("http://" + probe + "/readyz")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("controller /readyz: %s", resp.Status)
+	}
+	return nil
+}
+
+// stop stops the process: SIGTERM, then SIGKILL after 15 s.
+func (p *controllerProc) stop() error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("the controller did not stop within 15 s of SIGTERM (killed)")
+	}
 }
 
 func freePort(tb testing.TB) int {

@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,7 +53,7 @@ func BenchmarkOperatorScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mem, err := procMemory(f.ctrl.Process.Pid)
+	mem, err := procMemory(f.ctrl.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,19 +91,18 @@ func BenchmarkOperatorScale(b *testing.B) {
 // fleet is a controller in its own namespace, with the kubelet emulator and the garbage collector
 // for that namespace, and a controller process the scenario can restart.
 type fleet struct {
-	tb       testing.TB
-	ns       string
-	cs       kubernetes.Interface
-	dyn      dynamic.Interface
-	wasm     map[string]string // example name -> policy.wasm
-	metrics  string            // host:port of the controller's /metrics
-	probe    string            // host:port of its /readyz
-	ctrl     *exec.Cmd
-	ctrlDone chan struct{}
-	ctrlLog  string
-	starts   int
-	k        *kubelet.Kubelet
-	gc       *kubelet.GarbageCollector
+	tb      testing.TB
+	ns      string
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+	wasm    map[string]string // example name -> policy.wasm
+	metrics string            // host:port of the controller's /metrics
+	probe   string            // host:port of its /readyz
+	ctrl    *controllerProc
+	ctrlLog string
+	starts  int
+	k       *kubelet.Kubelet
+	gc      *kubelet.GarbageCollector
 	// serversReady is when createWorkload saw every server ready, before creating the policies.
 	serversReady time.Time
 }
@@ -162,39 +159,14 @@ func startFleet(tb testing.TB, ctx context.Context, ns string) *fleet {
 func (f *fleet) startController(ctx context.Context) error {
 	f.starts++
 	f.ctrlLog = filepath.Join(env.dir, fmt.Sprintf("controller-%s-%d.log", f.ns, f.starts))
-	logf, err := os.Create(f.ctrlLog)
+	args := []string{"controller", "--kubeconfig=" + env.cluster.Kubeconfig, "--namespace=" + f.ns,
+		"--metrics-bind-address=" + f.metrics, "--health-probe-bind-address=" + f.probe, "--log-fmt=json"}
+	p, err := startControllerProc(f.ctrlLog, args)
 	if err != nil {
 		return err
 	}
-	args := []string{"controller", "--kubeconfig=" + env.cluster.Kubeconfig, "--namespace=" + f.ns,
-		"--metrics-bind-address=" + f.metrics, "--health-probe-bind-address=" + f.probe, "--log-fmt=json"}
-	fmt.Fprintf(logf, "+ %s %s\n", env.bin, strings.Join(args, " "))
-	cmd := exec.Command(env.bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	f.ctrl, f.ctrlDone = cmd, done
-	return poll(ctx, time.Minute, 100*time.Millisecond, func() error {
-		select {
-		case <-done:
-			return errStop{fmt.Errorf("the controller exited:\n%s", tailFile(f.ctrlLog, 40))}
-		default:
-		}
-		resp, err := http.Get("http://" + f.probe + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("controller /readyz: %s", resp.Status)
-		}
-		return nil
-	})
+	f.ctrl = p
+	return poll(ctx, time.Minute, 100*time.Millisecond, func() error { return p.ready(f.probe) })
 }
 
 // stopController stops the controller process: SIGTERM, then SIGKILL after 15 s.
@@ -203,15 +175,7 @@ func (f *fleet) stopController() error {
 		return nil
 	}
 	defer func() { f.ctrl = nil }()
-	_ = f.ctrl.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-f.ctrlDone:
-		return nil
-	case <-time.After(15 * time.Second):
-		_ = f.ctrl.Process.Kill()
-		<-f.ctrlDone
-		return errors.New("the controller did not stop within 15 s of SIGTERM (killed)")
-	}
+	return f.ctrl.stop()
 }
 
 // createWorkload creates namespaces nss, servers PolicyServers <prefix>-<i> (one replica), waits
@@ -443,7 +407,7 @@ func (f *fleet) restartResync(ctx context.Context, min time.Duration) (r resyncR
 	}
 	r.nonGET, r.byMethod = nonGETRequests(m)
 	r.gets = m.sum("rest_client_requests_total", map[string]string{"method": "GET"})
-	if r.mem, r.err = procMemory(f.ctrl.Process.Pid); r.err != nil {
+	if r.mem, r.err = procMemory(f.ctrl.cmd.Process.Pid); r.err != nil {
 		return r
 	}
 	after, err := f.snapshot(ctx)
