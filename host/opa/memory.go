@@ -1,0 +1,208 @@
+package opa
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
+)
+
+// The sections this file reads or writes.
+const (
+	secImport = 2
+	secMemory = 5
+)
+
+// minPages is the smallest memory an instance gets, in 64 KiB pages: what
+// Kubewarden's burrego makes (5 pages, no maximum).
+const minPages = 5
+
+// defineMemory makes the host's `env.memory` of an OPA module: it rewrites the
+// import of `env`.`memory` into a memory the module defines, of at least
+// minPages pages (more if the module asks for more) and no maximum, so that
+// each instance has its own memory, capped by the allocator its instance is
+// created with. wazero resolves imports by module name, one module per name,
+// so a host memory imported by several instances at once cannot be made
+// otherwise. A module that does not import `env`.`memory` is refused.
+func defineMemory(code []byte) ([]byte, error) {
+	secs, err := wasmbin.Sections(code)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(code)+16)
+	out = append(out, code[:len(wasmbin.Magic)]...)
+	found := false
+	lastEarly := -1 // index of the last type/import/function/table section
+	for i, s := range secs {
+		if s.ID >= 1 && s.ID <= 4 {
+			lastEarly = i
+		}
+		if s.ID == secMemory {
+			return nil, errors.New("the module defines its own memory; an OPA module imports env.memory")
+		}
+	}
+	var memPages uint64
+	for i, s := range secs {
+		if s.ID == secImport && !found {
+			payload, pages, ok, err := dropMemoryImport(s.Payload)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				found, memPages = true, pages
+				out = appendSection(out, secImport, payload)
+				if i == lastEarly {
+					out = appendMemory(out, memPages)
+				}
+				continue
+			}
+		}
+		out = append(out, code[s.Start:s.End]...)
+		if i == lastEarly && found {
+			out = appendMemory(out, memPages)
+		}
+	}
+	if !found {
+		return nil, errors.New("the module does not import env.memory, as every module built by opa build -t wasm does")
+	}
+	return out, nil
+}
+
+// appendMemory appends a memory section of one memory with at least pages
+// pages and no maximum.
+func appendMemory(out []byte, pages uint64) []byte {
+	pages = max(pages, minPages)
+	body := appendUleb([]byte{1, 0x00}, pages)
+	return appendSection(out, secMemory, body)
+}
+
+// dropMemoryImport removes the `env`.`memory` entry from an import section
+// and returns its minimum size in pages.
+func dropMemoryImport(p []byte) (payload []byte, pages uint64, found bool, err error) {
+	count, n, err := uleb(p)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("%w: import section: %v", wasmbin.ErrMalformed, err)
+	}
+	rest := p[n:]
+	var kept [][]byte
+	for i := uint64(0); i < count; i++ {
+		start := rest
+		mod, r, err := name(rest)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		field, r, err := name(r)
+		if err != nil || len(r) < 1 {
+			return nil, 0, false, fmt.Errorf("%w: import %d truncated", wasmbin.ErrMalformed, i)
+		}
+		kind := r[0]
+		r = r[1:]
+		var min uint64
+		switch kind {
+		case 0: // function: type index
+			_, n, err = uleb(r)
+			r = r[n:]
+		case 1: // table: reftype, limits
+			if len(r) < 1 {
+				return nil, 0, false, fmt.Errorf("%w: import %d truncated", wasmbin.ErrMalformed, i)
+			}
+			_, r, err = limits(r[1:])
+		case 2: // memory: limits
+			min, r, err = limits(r)
+		case 3: // global: valtype, mutability
+			if len(r) < 2 {
+				return nil, 0, false, fmt.Errorf("%w: import %d truncated", wasmbin.ErrMalformed, i)
+			}
+			r = r[2:]
+		default:
+			return nil, 0, false, fmt.Errorf("%w: import %s.%s of kind %d", wasmbin.ErrMalformed, mod, field, kind)
+		}
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("%w: import %s.%s: %v", wasmbin.ErrMalformed, mod, field, err)
+		}
+		entry := start[:len(start)-len(r)]
+		rest = r
+		if kind == 2 && mod == "env" && field == "memory" {
+			found, pages = true, min
+			continue
+		}
+		if kind == 2 {
+			return nil, 0, false, fmt.Errorf("the module imports memory %s.%s; an OPA module imports env.memory", mod, field)
+		}
+		kept = append(kept, entry)
+	}
+	if len(rest) != 0 {
+		return nil, 0, false, fmt.Errorf("%w: %d bytes after the imports", wasmbin.ErrMalformed, len(rest))
+	}
+	payload = appendUleb(nil, uint64(len(kept)))
+	for _, e := range kept {
+		payload = append(payload, e...)
+	}
+	return payload, pages, found, nil
+}
+
+// limits reads a limits structure (flag 0: min; 1: min, max; shared and
+// 64-bit memories are refused) and returns its minimum.
+func limits(p []byte) (uint64, []byte, error) {
+	if len(p) < 1 {
+		return 0, nil, errors.New("truncated limits")
+	}
+	flag := p[0]
+	if flag > 1 {
+		return 0, nil, fmt.Errorf("unsupported limits flag %#x (shared or 64-bit memory)", flag)
+	}
+	min, n, err := uleb(p[1:])
+	if err != nil {
+		return 0, nil, err
+	}
+	p = p[1+n:]
+	if flag == 1 {
+		_, n, err = uleb(p)
+		if err != nil {
+			return 0, nil, err
+		}
+		p = p[n:]
+	}
+	return min, p, nil
+}
+
+func name(p []byte) (string, []byte, error) {
+	l, n, err := uleb(p)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: name: %v", wasmbin.ErrMalformed, err)
+	}
+	p = p[n:]
+	if l > uint64(len(p)) {
+		return "", nil, fmt.Errorf("%w: name of %d bytes, %d left", wasmbin.ErrMalformed, l, len(p))
+	}
+	return string(p[:l]), p[l:], nil
+}
+
+func uleb(p []byte) (uint64, int, error) {
+	var v uint64
+	for i := 0; i < len(p) && i < 10; i++ {
+		v |= uint64(p[i]&0x7f) << (7 * i)
+		if p[i]&0x80 == 0 {
+			return v, i + 1, nil
+		}
+	}
+	return 0, 0, errors.New("bad LEB128 number")
+}
+
+func appendUleb(b []byte, v uint64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v != 0 {
+			b = append(b, c|0x80)
+			continue
+		}
+		return append(b, c)
+	}
+}
+
+func appendSection(out []byte, id byte, body []byte) []byte {
+	out = append(out, id)
+	out = appendUleb(out, uint64(len(body)))
+	return append(out, body...)
+}
