@@ -7,12 +7,16 @@
 #   tinygo-wasi-legacy  tinygo build -target=wasip1 -buildmode=wasi-legacy -scheduler=none -no-debug
 #   go-wasip1           GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -ldflags=-s
 #   go-wasi             GOOS=wasip1 GOARCH=wasm go build -trimpath -ldflags=-s   (a WASI command: executionMode wasi)
+#   opa-wasm            opa build -t wasm -e ENTRYPOINT *.rego utility/*.rego, policy.wasm taken from the bundle
+#                       (executionMode opa or gatekeeper); ENTRYPOINT is the one line of the file `entrypoint`
+#                       next to policy.build (policy/main for opa, policy/violation for gatekeeper, as
+#                       Kubewarden's Makefile.p-rego); opa comes from scripts/install-opa.sh
 # The compiler writes policy.raw.wasm; when the directory has metadata.yml and a tollgate binary with
 # an `annotate` command is available, `tollgate annotate` writes policy.wasm from it (with
 # README.md as usage when present); otherwise policy.raw.wasm is copied to policy.wasm.
 #
 # A policy whose policy.wasm is newer than all its sources (*.go but *_test.go, go.mod, go.sum,
-# policy.build, the sources of local `replace` targets, and metadata.yml and README.md when it is
+# *.rego but *_test.rego, entrypoint, policy.build, the sources of local `replace` targets, and metadata.yml and README.md when it is
 # annotated) is skipped.
 #
 # Usage: scripts/build-policies.sh [-f] [DIR...]
@@ -20,6 +24,7 @@
 #   DIR   build only these policy directories
 # Environment:
 #   TINYGO          the tinygo binary (default: where scripts/install-tools.sh puts it)
+#   OPA             the opa binary (default: where scripts/install-opa.sh puts it, built there when missing)
 #   GO              the go command (default: go)
 #   TOLLGATE        a tollgate binary for annotate (default: bin/tollgate, built from ./cmd/tollgate
 #                   when that has an annotate command)
@@ -91,7 +96,8 @@ newer_than_sources() {
 		docs=(-o -name metadata.yml -o -name README.md)
 	fi
 	newer="$(source_dirs "$dir" | xargs -d '\n' -I{} find {} -type f \
-		\( \( -name '*.go' -not -name '*_test.go' \) -o -name go.mod -o -name go.sum -o -name policy.build \
+		\( \( -name '*.go' -not -name '*_test.go' \) -o \( -name '*.rego' -not -name '*_test.rego' \) -o -name entrypoint \
+		-o -name go.mod -o -name go.sum -o -name policy.build \
 		"${docs[@]}" \) -newer "$file" -print -quit)"
 	[[ -z "$newer" ]]
 }
@@ -118,8 +124,26 @@ build_one() {
 	go-wasi)
 		cmd=(env GOOS=wasip1 GOARCH=wasm "$GO" build -trimpath -ldflags=-s -o "$raw" .)
 		;;
+	opa-wasm)
+		local entrypoint
+		entrypoint="$(tr -d '[:space:]' <"$dir/entrypoint" 2>/dev/null || true)"
+		if [[ -z "$entrypoint" ]]; then
+			printf 'build-policies: FAILED %s: build kind opa-wasm needs the entrypoint (e.g. policy/main) in %s/entrypoint\n' \
+				"$dir" "$dir" >&2
+			rm -f "$out"
+			return 1
+		fi
+		cmd=(bash -c 'set -euo pipefail
+			shopt -s nullglob
+			files=(*.rego utility/*.rego)
+			src=()
+			for f in "${files[@]}"; do [[ "$f" == *_test.rego ]] || src+=("$f"); done
+			"$1" build -t wasm -e "$2" -o bundle.tar.gz "${src[@]}"
+			trap "rm -f bundle.tar.gz" EXIT
+			tar -xzf bundle.tar.gz -O /policy.wasm >"$3"' opa-wasm "$OPA_BIN" "$entrypoint" "$raw")
+		;;
 	*)
-		printf 'build-policies: FAILED %s: unknown build kind %q in %s/policy.build (want tinygo-wasi, tinygo-wasi-legacy, go-wasip1 or go-wasi)\n' \
+		printf 'build-policies: FAILED %s: unknown build kind %q in %s/policy.build (want tinygo-wasi, tinygo-wasi-legacy, go-wasip1, go-wasi or opa-wasm)\n' \
 			"$dir" "$kind" "$dir" >&2
 		rm -f "$out"
 		return 1
@@ -191,6 +215,16 @@ check_tinygo() {
 	fi
 }
 
+# find_opa sets OPA_BIN, building opa into the tools cache when it is not there (scripts/install-opa.sh).
+find_opa() {
+	if [[ -n "${OPA:-}" ]]; then
+		[[ -x "$OPA" ]] || die "OPA=$OPA is not an executable"
+		OPA_BIN="$OPA"
+		return 0
+	fi
+	OPA_BIN="$("$ROOT/scripts/install-opa.sh" | tail -n 1)" || die "scripts/install-opa.sh failed"
+}
+
 main() {
 	local -a dirs
 	if (($# > 0)); then
@@ -210,7 +244,7 @@ main() {
 
 	find_tollgate
 	local -a todo=()
-	local dir need_tinygo=0 skipped=0
+	local dir need_tinygo=0 need_opa=0 skipped=0
 	for dir in "${dirs[@]}"; do
 		if ((FORCE == 0)) && up_to_date "$dir"; then
 			skipped=$((skipped + 1))
@@ -218,12 +252,14 @@ main() {
 		fi
 		todo+=("$dir")
 		grep -q tinygo "$dir/policy.build" && need_tinygo=1
+		grep -q opa-wasm "$dir/policy.build" && need_opa=1
 	done
 	if ((${#todo[@]} == 0)); then
 		log "all ${#dirs[@]} policies up to date"
 		return 0
 	fi
 	((need_tinygo == 0)) || check_tinygo
+	((need_opa == 0)) || find_opa
 	build_tollgate
 	[[ -n "$TOLLGATE_BIN" ]] || log "no tollgate annotate command yet: policy.wasm files are not annotated"
 	log "building ${#todo[@]} policies, $JOBS at a time ($skipped up to date)"
