@@ -52,11 +52,16 @@ type LogRecord struct {
 }
 
 // Host answers the policy's host calls during a test, in place of the
-// tollgate host: it records log records and routes other calls to handlers.
+// tollgate host: it records log records and answers other calls from, in
+// this order, handlers (Handle), canned answers (Answer, Fail) and a
+// replayed kwctl session (ReplaySession).
 type Host struct {
 	mu       sync.Mutex
 	logs     []LogRecord
 	handlers map[string]func(payload []byte) ([]byte, error)
+	calls    []Call
+	canned   map[string][]*canned
+	session  *session
 }
 
 // NewHost installs a Host as the answer to guest.HostCall until the test
@@ -98,12 +103,24 @@ func (h *Host) call(binding, namespace, operation string, payload []byte) ([]byt
 		return nil, nil
 	}
 	h.mu.Lock()
+	h.calls = append(h.calls, Call{Namespace: namespace, Operation: operation, Payload: append([]byte(nil), payload...)})
 	fn := h.handlers[namespace+"/"+operation]
 	h.mu.Unlock()
-	if fn == nil {
-		return nil, fmt.Errorf("host call %s/%s is not handled by this test", namespace, operation)
+	if fn != nil {
+		return fn(payload)
 	}
-	return fn(payload)
+	if answer, err, ok := h.answerCanned(namespace, operation, payload); ok {
+		return answer, err
+	}
+	h.mu.Lock()
+	s := h.session
+	h.mu.Unlock()
+	if s != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return s.answer(namespace, operation, payload)
+	}
+	return nil, fmt.Errorf("host call %s/%s is not handled by this test", namespace, operation)
 }
 
 // parseLogRecord checks a record the way Kubewarden's policy-evaluator does:
