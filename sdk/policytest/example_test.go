@@ -171,3 +171,61 @@ func ExampleHost_Logs() {
 	fmt.Println(h.Logs()[0].Raw)
 	// Output: {"level":"debug","message":"checked","images":2}
 }
+
+func ExampleHost_Answer() {
+	var c cleanups
+	defer c.run()
+	h := policytest.NewHost(&c)
+	// The request as a value (a struct of sdk/capabilities works too); the
+	// policy's payload must be the same JSON, nulls and absent fields alike.
+	h.Answer("kubernetes", "get_resource",
+		map[string]any{"api_version": "v1", "kind": "Namespace", "name": "shop", "disable_cache": false},
+		json.RawMessage(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"shop"}}`))
+
+	ns, err := guest.HostCall("kubewarden", "kubernetes", "get_resource",
+		[]byte(`{"api_version":"v1","kind":"Namespace","name":"shop","namespace":null,"disable_cache":false}`))
+	fmt.Println(string(ns), err)
+	// Output: {"apiVersion":"v1","kind":"Namespace","metadata":{"name":"shop"}} <nil>
+}
+
+func ExampleHost_Fail() {
+	var c cleanups
+	defer c.run()
+	h := policytest.NewHost(&c)
+	h.Fail("oci", "v1/manifest_digest", "ghcr.io/org/gone:1", "manifest unknown")
+
+	_, err := guest.HostCall("kubewarden", "oci", "v1/manifest_digest", []byte(`"ghcr.io/org/gone:1"`))
+	fmt.Println(err)
+	// Output: host error: Callback evaluation failure: manifest unknown
+}
+
+func ExampleHost_Calls() {
+	var c cleanups
+	defer c.run()
+	h := policytest.NewHost(&c)
+	h.Answer("net", "v1/dns_lookup_host", "example.com", map[string][]string{"ips": {"192.0.2.1"}})
+
+	guest.HostCall("kubewarden", "net", "v1/dns_lookup_host", []byte(`"example.com"`))
+	for _, call := range h.Calls() {
+		fmt.Println(call.Namespace, call.Operation, string(call.Payload))
+	}
+	// Output: net v1/dns_lookup_host "example.com"
+}
+
+func ExampleHost_ReplaySession() {
+	var c cleanups
+	defer c.run()
+	h := policytest.NewHost(&c)
+	if err := h.ReplaySession("testdata/session.yml"); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	ns, err := guest.HostCall("kubewarden", "kubernetes", "get_resource",
+		[]byte(`{"api_version":"v1","kind":"Namespace","name":"team-a","disable_cache":false,"field_masks":["metadata.labels"]}`))
+	fmt.Println(string(ns), err)
+	fmt.Println(h.SessionRemaining(), "exchanges left")
+	// Output:
+	// {"apiVersion":"v1","kind":"Namespace","metadata":{"labels":{"cost-center":"cc-42"},"name":"team-a"}} <nil>
+	// 2 exchanges left
+}

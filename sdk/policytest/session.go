@@ -160,7 +160,7 @@ func parseExchange(e any) (*exchange, error) {
 	if body != nil && bm == nil {
 		return nil, fmt.Errorf("request: !%s is not a mapping", tag)
 	}
-	x := &exchange{tag: tag, display: "!" + strings.TrimSpace(reqSrc)}
+	x := &exchange{tag: tag, display: strings.TrimSpace(reqSrc)}
 	switch kind, known := sessionTags[tag]; {
 	case known:
 		x.namespace, x.operation = kind.namespace, kind.operation
