@@ -15,8 +15,7 @@ import (
 // without metadata the requested mode; with neither, kubewarden-wapc, unless
 // the module is a Rego one (an export named opa_*), which needs a mode. A
 // Rego module must run in a Rego mode (opa, gatekeeper) and only a Rego
-// module may. The modes tollgate does not run yet are refused with
-// ErrUnsupportedModule.
+// module may.
 func SelectMode(md *metadata.Metadata, requested string, module []byte) (string, error) {
 	switch requested {
 	case "", metadata.ExecutionModeWapc, metadata.ExecutionModeWasi, metadata.ExecutionModeOPA, metadata.ExecutionModeGatekeeper:
@@ -49,9 +48,6 @@ func SelectMode(md *metadata.Metadata, requested string, module []byte) (string,
 		return "", fmt.Errorf("the policy has been built with a Rego-based framework and has no metadata: give the execution mode (-e opa or -e gatekeeper), or annotate the module")
 	default:
 		mode = metadata.ExecutionModeWapc
-	}
-	if isRegoMode(mode) {
-		return "", fmt.Errorf("%w: executionMode %q is not supported yet (tollgate runs kubewarden-wapc and wasi modules)", ErrUnsupportedModule, mode)
 	}
 	return mode, nil
 }

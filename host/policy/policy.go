@@ -153,6 +153,9 @@ type Policy struct {
 	// inlineHostCalls: Spec.HostCallsInline.
 	inlineHostCalls bool
 	logger          *slog.Logger
+
+	// rego is the module of an executionMode opa or gatekeeper policy (opa.go).
+	rego *regoPolicy
 }
 
 // Load compiles the module (or reuses it), starts an instance, and validates
@@ -172,6 +175,9 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	}
 	if mode == metadata.ExecutionModeWasi {
 		return h.loadWasi(ctx, h.newPolicy(s, md, settings), s)
+	}
+	if isRegoMode(mode) {
+		return h.loadRego(ctx, h.newPolicy(s, md, settings), s, mode)
 	}
 	mod, err := h.engine.Compile(ctx, s.Module, wasm.ModuleConfig{MemoryLimitBytes: s.MemoryLimitBytes, Digest: s.Digest})
 	if err != nil {
@@ -277,6 +283,9 @@ func (p *Policy) Instances() (live, size int) {
 	if p.wasi != nil {
 		return p.aheadSize, p.aheadSize
 	}
+	if p.rego != nil {
+		return p.rego.mod.Live(), p.rego.mod.Size()
+	}
 	return p.pool.Live(), p.pool.Size()
 }
 
@@ -284,6 +293,10 @@ func (p *Policy) Instances() (live, size int) {
 func (p *Policy) Close(ctx context.Context) {
 	if p.wasi != nil {
 		_ = p.wasi.Close(ctx)
+		return
+	}
+	if p.rego != nil {
+		_ = p.rego.mod.Close(ctx)
 		return
 	}
 	p.pool.Close(ctx)
@@ -326,6 +339,9 @@ func (p *Policy) Evaluate(ctx context.Context, req *admission.Request) (*Result,
 	if p.md.IsRaw() {
 		return nil, fmt.Errorf("policy %s: %w: it is a raw policy (policyType: raw); send the request to the raw endpoint", p.id, ErrWrongPolicyType)
 	}
+	if p.rego != nil {
+		return p.evaluateRego(ctx, req.Raw, false)
+	}
 	return p.evaluate(ctx, req.Raw, req.Object)
 }
 
@@ -345,6 +361,9 @@ func (p *Policy) ValidateRaw(ctx context.Context, request []byte) (*Result, erro
 		return nil, err
 	}
 	request = bytes.TrimSpace(request)
+	if p.rego != nil {
+		return p.evaluateRego(ctx, request, true)
+	}
 	return p.evaluate(ctx, request, request)
 }
 

@@ -95,8 +95,11 @@ func wasiError(err error) error {
 	return err
 }
 
-// Mode is the policy's execution mode (kubewarden-wapc or wasi).
+// Mode is the policy's execution mode (kubewarden-wapc, wasi, opa or gatekeeper).
 func (p *Policy) Mode() string {
+	if p.rego != nil {
+		return p.rego.mode
+	}
 	if p.wasi != nil {
 		return metadata.ExecutionModeWasi
 	}

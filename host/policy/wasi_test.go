@@ -165,8 +165,8 @@ func TestSelectMode(t *testing.T) {
 		{name: "rego as wasi", requested: "wasi", module: opaModule, err: "built with a Rego-based framework, but the execution mode specified via CLI flag is wasi"},
 		{name: "rego metadata wapc", md: md("kubewarden-wapc"), module: opaModule, err: "built with a Rego-based framework, but its executionMode is kubewarden-wapc"},
 		{name: "opa on a wasi module", requested: "opa", module: wasiMod, err: "has not been built with a Rego-based framework"},
-		{name: "opa", requested: "opa", module: opaModule, err: `executionMode "opa" is not supported yet`},
-		{name: "gatekeeper", md: md("gatekeeper"), module: opaModule, err: `executionMode "gatekeeper" is not supported yet`},
+		{name: "opa", requested: "opa", module: opaModule, want: "opa"},
+		{name: "gatekeeper", md: md("gatekeeper"), module: opaModule, want: "gatekeeper"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := policy.SelectMode(tc.md, tc.requested, tc.module)
