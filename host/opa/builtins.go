@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"sort"
 	"strconv"
 	"time"
@@ -105,11 +106,11 @@ func kubewardenSprintf(fn topdown.BuiltinFunc) topdown.BuiltinFunc {
 				for i := range conv {
 					t := arr.Elem(i)
 					if n, ok := t.Value.(ast.Number); ok {
-						v, ok := n.Int64()
-						if !ok {
+						r, ok := new(big.Rat).SetString(string(n))
+						if !ok || !r.IsInt() {
 							return fmt.Errorf("sprintf: argument %d is %s, not an integer (Kubewarden's sprintf converts every number to an integer)", i, n)
 						}
-						t = ast.IntNumberTerm(int(v))
+						t = ast.NumberTerm(json.Number(r.Num().String()))
 					}
 					conv[i] = t
 				}

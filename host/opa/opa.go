@@ -279,10 +279,9 @@ type instance struct {
 	ctxNew, setInput, setData, setEntrypoint      api.Function
 	evalFn, getResult, opaEval                    api.Function
 
-	// heap0 is the heap pointer before the data was loaded; dataAddr the
-	// loaded data; base the heap pointer after it, where every evaluation
-	// starts.
-	heap0, dataAddr, base uint32
+	// dataAddr is the loaded data; base the heap pointer after it, where
+	// every evaluation starts.
+	dataAddr, base uint32
 
 	state *evalState // the evaluation in progress (nil between evaluations)
 }
@@ -353,9 +352,6 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	st := &evalState{ctx: ctx, now: time.Now(), logger: m.cfg.Logger}
 	inst.state = st
 	defer func() { inst.state = nil }()
-	if inst.heap0, err = inst.call1(ctx, inst.heapGet); err != nil {
-		return fail(inst.classify(ctx, err))
-	}
 	if inst.dataAddr, err = inst.loadJSON(ctx, m.cfg.Data); err != nil {
 		return fail(fmt.Errorf("data: %w", inst.classify(ctx, err)))
 	}
@@ -432,8 +428,9 @@ func (b *badDocument) Unwrap() error { return ErrBadData }
 func (in *instance) evalSteps(ctx context.Context, input, data []byte) ([]byte, error) {
 	dataAddr, heap := in.dataAddr, in.base
 	if data != nil {
-		// A data document for this evaluation: loaded over the previous one.
-		if _, err := in.heapSet.Call(ctx, uint64(in.heap0)); err != nil {
+		// A data document for this evaluation: loaded after the instance's
+		// own, which the next evaluation may use again.
+		if _, err := in.heapSet.Call(ctx, uint64(in.base)); err != nil {
 			return nil, err
 		}
 		addr, err := in.loadJSON(ctx, data)
@@ -496,7 +493,10 @@ func (in *instance) evalSteps(ctx context.Context, input, data []byte) ([]byte, 
 // classify maps a failed call to the package's errors.
 func (in *instance) classify(ctx context.Context, err error) error {
 	st := in.state
+	var bad *badDocument
 	switch {
+	case errors.As(err, &bad):
+		return err
 	case in.refused():
 		return fmt.Errorf("%w (limit %d bytes): %v", wasm.ErrMemoryLimit, in.m.cfg.MemoryLimitBytes, err)
 	case errors.Is(err, ErrOutputLimit):
