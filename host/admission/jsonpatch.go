@@ -43,7 +43,23 @@ func (o Operation) MarshalJSON() ([]byte, error) {
 // order) and small: objects are diffed key by key, arrays by trimming the common
 // prefix and suffix and diffing what remains position by position. An empty
 // original (absent object) gives one "add" of the whole document at "".
+//
+// Diff walks the raw bytes of both documents (rawdiff.go) and falls back to
+// diffDecoded, the reference, for anything but well-formed single documents;
+// both give the same bytes.
 func Diff(original, modified []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(original)) > 0 {
+		if patch, ok := diffRaw(original, modified); ok {
+			return patch, nil
+		}
+	}
+	return diffDecoded(original, modified)
+}
+
+// diffDecoded is the reference Diff: it decodes both documents into
+// map[string]any (numbers as json.Number), compares with reflect.DeepEqual and
+// encodes the operations with encoding/json.
+func diffDecoded(original, modified []byte) ([]byte, error) {
 	var a, b any
 	if len(bytes.TrimSpace(original)) > 0 {
 		if err := decode(original, &a); err != nil {

@@ -387,25 +387,44 @@ func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result,
 	}
 	res := &Result{GuestDuration: guest, StartDuration: startCost}
 	defer func() { res.Duration = time.Since(start) }()
-	if err := json.Unmarshal(out, &res.Response); err != nil {
-		return nil, fmt.Errorf("policy %s: %w: not a ValidationResponse: %v (answer %.120q)", p.id, ErrInvalidResponse, err, out)
+	// The fast path decodes the answer without encoding/json's pass over
+	// mutated_object; on anything unusual, and on every error, the reference
+	// path runs on the same answer so that results and errors are its own.
+	if object != nil && decodeResponseFast(out, &res.Response) && p.answer(res, object, out, false) == nil {
+		return res, nil
+	}
+	res.Response, res.Patch = protocol.ValidationResponse{}, nil
+	if err := p.answer(res, object, out, true); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// answer checks a decoded ValidationResponse and diffs its mutated_object
+// against object. With decode set it first decodes out with json.Unmarshal
+// (the reference); without, res.Response was decoded by decodeResponseFast.
+func (p *Policy) answer(res *Result, object, out []byte, decode bool) error {
+	if decode {
+		if err := json.Unmarshal(out, &res.Response); err != nil {
+			return fmt.Errorf("policy %s: %w: not a ValidationResponse: %v (answer %.120q)", p.id, ErrInvalidResponse, err, out)
+		}
 	}
 	if mo := bytes.TrimSpace(res.Response.MutatedObject); len(mo) > 0 && string(mo) != "null" {
 		if mo[0] != '{' {
-			return nil, fmt.Errorf("policy %s: %w: mutated_object must be a JSON object, got %.60s", p.id, ErrInvalidResponse, mo)
+			return fmt.Errorf("policy %s: %w: mutated_object must be a JSON object, got %.60s", p.id, ErrInvalidResponse, mo)
 		}
 		if !res.Response.Accepted {
-			return nil, fmt.Errorf("policy %s: %w: a rejection must not carry a mutated_object", p.id, ErrInvalidResponse)
+			return fmt.Errorf("policy %s: %w: a rejection must not carry a mutated_object", p.id, ErrInvalidResponse)
 		}
 		if object != nil {
 			patch, err := admission.Diff(object, mo)
 			if err != nil {
-				return nil, fmt.Errorf("policy %s: %w: mutated_object: %v", p.id, ErrInvalidResponse, err)
+				return fmt.Errorf("policy %s: %w: mutated_object: %v", p.id, ErrInvalidResponse, err)
 			}
 			res.Patch = patch
 		}
 	} else {
 		res.Response.MutatedObject = nil
 	}
-	return res, nil
+	return nil
 }

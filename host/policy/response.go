@@ -1,0 +1,151 @@
+package policy
+
+import (
+	"encoding/json"
+
+	"github.com/tollgate-dev/tollgate/sdk/protocol"
+)
+
+// decodeResponseFast decodes a ValidationResponse without running
+// encoding/json over mutated_object, the one field that can be large: it finds
+// the response's members, decodes each small field with encoding/json, and
+// keeps mutated_object as the raw slice of out (not checked here: the diff
+// that follows checks it, and any failure re-runs the reference decoding).
+//
+// It answers false, leaving r in an unspecified state, for anything but the
+// plain form policies send (an object whose keys are exactly the fields'
+// names, each at most once); the caller then decodes with json.Unmarshal, so
+// that case-insensitive keys, duplicates and errors behave as they always did.
+func decodeResponseFast(out []byte, r *protocol.ValidationResponse) bool {
+	*r = protocol.ValidationResponse{}
+	i := skipSpace(out, 0)
+	if i >= len(out) || out[i] != '{' {
+		return false
+	}
+	var seen uint8
+	i = skipSpace(out, i+1)
+	if i < len(out) && out[i] == '}' {
+		return skipSpace(out, i+1) == len(out)
+	}
+	for {
+		if i >= len(out) || out[i] != '"' {
+			return false
+		}
+		kend := skipString(out, i)
+		if kend < 0 {
+			return false
+		}
+		key := string(out[i+1 : kend-1]) // no allocation: compared only
+		i = skipSpace(out, kend)
+		if i >= len(out) || out[i] != ':' {
+			return false
+		}
+		vs := skipSpace(out, i+1)
+		ve := skipValue(out, vs)
+		if ve < 0 {
+			return false
+		}
+		v := out[vs:ve]
+		var bit uint8
+		var err error
+		switch key {
+		case "accepted":
+			bit, err = 1, json.Unmarshal(v, &r.Accepted)
+		case "message":
+			bit, err = 2, json.Unmarshal(v, &r.Message)
+		case "code":
+			bit, err = 4, json.Unmarshal(v, &r.Code)
+		case "mutated_object":
+			bit = 8
+			r.MutatedObject = v
+		case "audit_annotations":
+			bit, err = 16, json.Unmarshal(v, &r.AuditAnnotations)
+		case "warnings":
+			bit, err = 32, json.Unmarshal(v, &r.Warnings)
+		default:
+			return false
+		}
+		if err != nil || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		i = skipSpace(out, ve)
+		if i >= len(out) {
+			return false
+		}
+		if out[i] == '}' {
+			return skipSpace(out, i+1) == len(out)
+		}
+		if out[i] != ',' {
+			return false
+		}
+		i = skipSpace(out, i+1)
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] (a quote),
+// or -1. Escapes are only skipped, not checked.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			i++
+		}
+	}
+	return -1
+}
+
+// structural marks the bytes skipValue stops at inside a container.
+var structural = [256]bool{'"': true, '{': true, '[': true, '}': true, ']': true}
+
+// skipValue returns the index after the value starting at b[i], or -1. It
+// matches brackets and skips strings but does not check the syntax.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+	default: // a number or literal: up to the next delimiter
+		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
+			i++
+		}
+		return i
+	}
+	depth := 0
+	for ; i < len(b); i++ {
+		for i < len(b) && !structural[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return -1
+		}
+		switch b[i] {
+		case '"':
+			e := skipString(b, i)
+			if e < 0 {
+				return -1
+			}
+			i = e - 1
+		case '{', '[':
+			depth++
+		default:
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return -1
+}
