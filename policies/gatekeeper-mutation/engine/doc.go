@@ -43,6 +43,20 @@
 //	// IDs lists the compiled mutators as "Kind/name" in application order.
 //	func (s *System) IDs() []string
 //
+// # Numbers, as Gatekeeper holds them
+//
+// The request object is decoded like Gatekeeper's webhook does
+// (unstructured JSON: an integer literal that fits int64 is an int64,
+// anything else float64). A mutator is typed as Gatekeeper's controller holds
+// it after reading it back from the apiserver: assign.value is decoded by
+// encoding/json (every number float64, so `1` never equals an int64 1 of the
+// object under go-cmp, and an integer list key never matches an assigned
+// object's key), while ModifySet's values.fromList keeps integers as int64
+// (the apiserver re-encodes an integral float as an integer and the client
+// decodes it as int64). The convergence loop compares with go-cmp's rules
+// (int64 1 != float64 1); "changed" compares the final object with the
+// request's as JSON values (what a JSON patch between them would carry).
+//
 // Subpackages follow Gatekeeper's split: jsonv (a reflection-free JSON tree,
 // parser and encoder), path/token, path/parser, path/tester, match, mutators
 // (assign, assignmeta, modifyset, assignimage sharing one setter), and this

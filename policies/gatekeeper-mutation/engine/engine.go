@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"errors"
+	"sort"
+	"strings"
+
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/match"
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/mutators"
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/schema"
+)
+
+// ErrNotConverging: the mutators kept changing the object.
+var ErrNotConverging = errors.New("mutation not converging")
+
+// ErrRequest wraps the errors of Mutate that come from the request itself
+// (an object that is not JSON or has no kind).
+var ErrRequest = errors.New("invalid request")
+
+// GVK is a group, version and kind.
+type GVK struct{ Group, Version, Kind string }
+
+// Request is one admission request, as Gatekeeper's webhook sees it.
+type Request struct {
+	Operation string
+	Kind      GVK
+	Name      string
+	Namespace string
+	Username  string
+	Object    []byte
+	OldObject []byte
+}
+
+// System is a compiled set of mutators with the namespaces they may select.
+type System struct {
+	muts       []*mutators.Mutator // sorted by kind, then name
+	conflicts  map[int]bool
+	namespaces map[string]*match.Namespace
+}
+
+// GatekeeperServiceAccount is the user whose requests Gatekeeper never mutates.
+const GatekeeperServiceAccount = "system:serviceaccount:gatekeeper-system:gatekeeper-admin"
+
+var gatekeeperGroups = map[string]bool{
+	"templates.gatekeeper.sh":    true,
+	"constraints.gatekeeper.sh":  true,
+	"mutations.gatekeeper.sh":    true,
+	"config.gatekeeper.sh":       true,
+	"externaldata.gatekeeper.sh": true,
+	"expansion.gatekeeper.sh":    true,
+	"status.gatekeeper.sh":       true,
+}
+
+// Compile decodes and validates settings (see the package documentation).
+func Compile(settings []byte) (*System, error) {
+	root, err := jsonv.Parse(settings, jsonv.IntsPreserved)
+	if err != nil {
+		return nil, &settingsError{msg: ErrSettings.Error() + ": " + err.Error(), inner: err}
+	}
+	if root.K == jsonv.Null {
+		root = jsonv.NewObject()
+	}
+	if root.K != jsonv.Object {
+		return nil, settingsErr("settings must be an object {\"mutators\": [...], \"namespaces\": [...]}")
+	}
+	for _, k := range root.O.Keys {
+		if k != "mutators" && k != "namespaces" {
+			return nil, settingsErr("unknown field " + k + " (want mutators and namespaces)")
+		}
+	}
+	s := &System{namespaces: map[string]*match.Namespace{}}
+	seen := map[string]int{}
+	if ms := root.Field("mutators"); ms != nil && ms.K != jsonv.Null {
+		if ms.K != jsonv.Array {
+			return nil, settingsErr("mutators must be a list of Gatekeeper mutator objects")
+		}
+		for i, mv := range ms.A {
+			spec, err := decodeMutator(i, mv)
+			if err != nil {
+				return nil, err
+			}
+			where := "mutators[" + itoa(i) + "] (" + spec.Kind + "/" + spec.Name + ")"
+			if j, dup := seen[spec.Kind+"/"+spec.Name]; dup {
+				return nil, settingsErr(where + ": metadata.name: Duplicate value: mutators[" + itoa(j) + "] is the same " + spec.Kind)
+			}
+			seen[spec.Kind+"/"+spec.Name] = i
+			m, err := mutators.New(spec)
+			if err != nil {
+				return nil, &settingsError{msg: ErrSettings.Error() + ": " + where + ": " + err.Error(), inner: err}
+			}
+			s.muts = append(s.muts, m)
+		}
+	}
+	if nss := root.Field("namespaces"); nss != nil && nss.K != jsonv.Null {
+		if nss.K != jsonv.Array {
+			return nil, settingsErr("namespaces must be a list of Namespace objects")
+		}
+		for i, nv := range nss.A {
+			ns, err := decodeNamespace(i, nv)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := s.namespaces[ns.Name]; dup {
+				return nil, settingsErr("namespaces[" + itoa(i) + "]: metadata.name: Duplicate value: " + ns.Name)
+			}
+			s.namespaces[ns.Name] = ns
+		}
+	}
+	sort.SliceStable(s.muts, func(i, j int) bool {
+		if s.muts[i].Kind != s.muts[j].Kind {
+			return s.muts[i].Kind < s.muts[j].Kind
+		}
+		return s.muts[i].Name < s.muts[j].Name
+	})
+	s.conflicts = schema.Conflicting(s.muts)
+	return s, nil
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	n := len(b)
+	for i > 0 {
+		n--
+		b[n] = byte('0' + i%10)
+		i /= 10
+	}
+	return string(b[n:])
+}
+
+// IDs lists the mutators as "Kind/name" in application order.
+func (s *System) IDs() []string {
+	out := make([]string, len(s.muts))
+	for i, m := range s.muts {
+		out[i] = m.ID()
+	}
+	return out
+}
+
+// Conflicting lists the mutators disabled by schema conflicts, "Kind/name".
+func (s *System) Conflicting() []string {
+	var out []string
+	for i, m := range s.muts {
+		if s.conflicts[i] {
+			out = append(out, m.ID())
+		}
+	}
+	return out
+}
+
+// object accessors, as k8s.io/apimachinery's Unstructured reads them.
+
+func nestedString(obj *jsonv.Value, keys ...string) string {
+	v := obj
+	for _, k := range keys {
+		v = v.Field(k)
+	}
+	s, _ := v.Str()
+	return s
+}
+
+func stringMap(obj *jsonv.Value, keys ...string) map[string]string {
+	v := obj
+	for _, k := range keys {
+		v = v.Field(k)
+	}
+	if v == nil || v.K != jsonv.Object {
+		return nil
+	}
+	m := make(map[string]string, len(v.O.Keys))
+	for i, k := range v.O.Keys {
+		if v.O.Vals[i].K != jsonv.String {
+			return nil
+		}
+		m[k] = v.O.Vals[i].S
+	}
+	return m
+}
+
+func objectGVK(obj *jsonv.Value) match.GVK {
+	av := nestedString(obj, "apiVersion")
+	kind := nestedString(obj, "kind")
+	switch strings.Count(av, "/") {
+	case 0:
+		return match.GVK{Version: av, Kind: kind}
+	case 1:
+		g, v, _ := strings.Cut(av, "/")
+		if av == "/" {
+			return match.GVK{Kind: kind}
+		}
+		return match.GVK{Group: g, Version: v, Kind: kind}
+	}
+	return match.GVK{}
+}
+
+// setNamespace mirrors Unstructured.SetNamespace.
+func setNamespace(obj *jsonv.Value, ns string) {
+	md, ok := obj.O.Get("metadata")
+	if ns == "" {
+		if ok && md.K == jsonv.Object {
+			md.O.Delete("namespace")
+		}
+		return
+	}
+	if !ok {
+		md = jsonv.NewObject()
+		obj.O.Set("metadata", md)
+	}
+	if md.K == jsonv.Object {
+		md.O.Set("namespace", jsonv.NewString(ns))
+	}
+}
+
+func matchObject(obj *jsonv.Value) *match.Object {
+	return &match.Object{
+		GVK:          objectGVK(obj),
+		Name:         nestedString(obj, "metadata", "name"),
+		GenerateName: nestedString(obj, "metadata", "generateName"),
+		Namespace:    nestedString(obj, "metadata", "namespace"),
+		Labels:       stringMap(obj, "metadata", "labels"),
+	}
+}
+
+func describe(mo *match.Object) string {
+	name := mo.Name
+	if name == "" {
+		name = mo.GenerateName
+	}
+	return mo.GVK.Group + " " + mo.GVK.Kind + " " + mo.Namespace + " " + name
+}
+
+// Mutate applies the system to req (see the package documentation).
+func (s *System) Mutate(req Request) ([]byte, bool, error) {
+	if req.Username == GatekeeperServiceAccount || !match.SupportedOperation(req.Operation) || gatekeeperGroups[req.Kind.Group] {
+		return nil, false, nil
+	}
+	if len(s.muts) == 0 {
+		return nil, false, nil
+	}
+	obj, err := jsonv.Parse(req.Object, jsonv.IntsPreserved)
+	if err != nil {
+		return nil, false, errors.Join(ErrRequest, err)
+	}
+	if obj.K != jsonv.Object {
+		return nil, false, errors.Join(ErrRequest, errors.New("json: cannot unmarshal "+typeName(obj)+" into Go value of type map[string]interface {}"))
+	}
+	if objectGVK(obj).Kind == "" {
+		return nil, false, errors.Join(ErrRequest, errors.New("Object 'Kind' is missing in '"+string(req.Object)+"'"))
+	}
+	reqNS := req.Namespace
+	var ns *match.Namespace
+	switch {
+	case req.Kind.Kind == "Namespace" && req.Kind.Group == "":
+		reqNS = ""
+		ns = &match.Namespace{Name: nestedString(obj, "metadata", "name")}
+		if l := obj.Field("metadata").Field("labels"); l != nil && l.K != jsonv.Null {
+			ns.Labels = stringMap(obj, "metadata", "labels")
+			if ns.Labels == nil {
+				return nil, false, errors.Join(ErrRequest, errors.New("the Namespace object's metadata.labels is not a map of strings"))
+			}
+		}
+	case reqNS != "":
+		if n, ok := s.namespaces[reqNS]; ok {
+			ns = n
+		} else {
+			ns = &match.Namespace{Name: reqNS}
+		}
+	}
+	original := obj.DeepCopy()
+	oldNS := nestedString(obj, "metadata", "namespace")
+	setNamespace(obj, reqNS)
+
+	mutated, err := s.loop(obj, ns, req.Operation)
+	if err != nil || !mutated {
+		return nil, false, err
+	}
+	setNamespace(obj, oldNS)
+	if jsonv.SameJSON(original, obj) {
+		return nil, false, nil
+	}
+	return jsonv.Encode(make([]byte, 0, len(req.Object)+256), obj), true, nil
+}
+
+func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, error) {
+	maxIterations := len(s.muts) + 1
+	var applied []string
+	mo := matchObject(obj)
+	for iteration := 1; iteration <= maxIterations; iteration++ {
+		applied = applied[:0]
+		old := obj.DeepCopy()
+		for i, m := range s.muts {
+			if s.conflicts[i] {
+				continue
+			}
+			matches := true
+			if m.Kind != mutators.KindAssignMetadata && !match.AppliesGVKAndOperation(m.ApplyTo, mo.GVK, op) {
+				matches = false
+			}
+			if matches {
+				var err error
+				matches, err = match.Matches(&m.Match, &match.Target{Object: mo, Namespace: ns, Source: "Original"})
+				if err != nil {
+					return false, errors.New("matching for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+				}
+			}
+			if !matches {
+				continue
+			}
+			did, err := m.Mutate(&mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name})
+			if did {
+				applied = append(applied, m.ID())
+				mo = matchObject(obj)
+			}
+			if err != nil {
+				return false, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+			}
+		}
+		if len(applied) == 0 || jsonv.Equal(old, obj) {
+			return iteration != 1, nil
+		}
+	}
+	return false, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
+		" (after " + itoa(maxIterations) + " iterations; mutators applied in the last one: " + strings.Join(applied, ", ") + ")"}
+}
+
+type notConverging struct{ msg string }
+
+func (e notConverging) Error() string { return e.msg }
+func (e notConverging) Unwrap() error { return ErrNotConverging }

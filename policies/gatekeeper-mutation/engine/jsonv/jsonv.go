@@ -1,0 +1,727 @@
+// Package jsonv is a small, reflection-free JSON tree: a parser, an encoder,
+// deep copy and the two equalities Gatekeeper's mutation system relies on.
+//
+// Numbers keep the Go type Gatekeeper would hold for them: a request object is
+// decoded like k8s.io/apimachinery's unstructured JSON (an integer literal that
+// fits int64 is Int, anything else Float), a mutator's assign.value like
+// encoding/json into interface{} (always Float). Equal compares like
+// github.com/google/go-cmp (Int and Float are different types), SameJSON
+// compares JSON values (numbers as float64), as a JSON patch would.
+//
+// Objects are shared by pointer (like Go maps), arrays by value (like Go
+// slices): the mutators rely on both.
+//
+// It must NOT know about Kubernetes, Gatekeeper or Wasm.
+package jsonv
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Kind is the JSON type of a Value (with Int and Float apart).
+type Kind uint8
+
+// The kinds of Value.
+const (
+	Null Kind = iota
+	Bool
+	Int
+	Float
+	String
+	Array
+	Object
+)
+
+// Value is one JSON value.
+type Value struct {
+	K Kind
+	B bool
+	I int64
+	F float64
+	S string
+	// A holds an Array's elements; NilArray marks a Go nil slice (encoded
+	// as null, different from an empty array under Equal).
+	A        []*Value
+	NilArray bool
+	O        *Obj
+}
+
+// Obj is a JSON object; keys keep their first insertion order.
+type Obj struct {
+	Keys []string
+	Vals []*Value
+}
+
+// ErrSyntax: the input is not JSON.
+var ErrSyntax = errors.New("invalid JSON")
+
+// NewString, NewObject, NewArray and NewInt build values.
+func NewString(s string) *Value  { return &Value{K: String, S: s} }
+func NewObject() *Value          { return &Value{K: Object, O: &Obj{}} }
+func NewArray(a []*Value) *Value { return &Value{K: Array, A: a} }
+func NewInt(i int64) *Value      { return &Value{K: Int, I: i} }
+func NewFloat(f float64) *Value  { return &Value{K: Float, F: f} }
+func NewBool(b bool) *Value      { return &Value{K: Bool, B: b} }
+func (o *Obj) Len() int          { return len(o.Keys) }
+func (v *Value) IsObject() bool  { return v != nil && v.K == Object }
+func (v *Value) IsArray() bool   { return v != nil && v.K == Array }
+func (v *Value) IsString() bool  { return v != nil && v.K == String }
+func (o *Obj) index(k string) int {
+	for i, key := range o.Keys {
+		if key == k {
+			return i
+		}
+	}
+	return -1
+}
+
+// Get returns the value of key k.
+func (o *Obj) Get(k string) (*Value, bool) {
+	if i := o.index(k); i >= 0 {
+		return o.Vals[i], true
+	}
+	return nil, false
+}
+
+// Set sets key k to v.
+func (o *Obj) Set(k string, v *Value) {
+	if i := o.index(k); i >= 0 {
+		o.Vals[i] = v
+		return
+	}
+	o.Keys = append(o.Keys, k)
+	o.Vals = append(o.Vals, v)
+}
+
+// Delete removes key k.
+func (o *Obj) Delete(k string) {
+	if i := o.index(k); i >= 0 {
+		o.Keys = append(o.Keys[:i], o.Keys[i+1:]...)
+		o.Vals = append(o.Vals[:i], o.Vals[i+1:]...)
+	}
+}
+
+// Field returns the value at key k of object v, or nil.
+func (v *Value) Field(k string) *Value {
+	if v == nil || v.K != Object {
+		return nil
+	}
+	f, _ := v.O.Get(k)
+	return f
+}
+
+// Str returns v as a string when it is one.
+func (v *Value) Str() (string, bool) {
+	if v == nil || v.K != String {
+		return "", false
+	}
+	return v.S, true
+}
+
+// DeepCopy copies v and everything below it.
+func (v *Value) DeepCopy() *Value {
+	if v == nil {
+		return nil
+	}
+	switch v.K {
+	case Object:
+		o := &Obj{Keys: make([]string, len(v.O.Keys)), Vals: make([]*Value, len(v.O.Vals))}
+		copy(o.Keys, v.O.Keys)
+		for i, c := range v.O.Vals {
+			o.Vals[i] = c.DeepCopy()
+		}
+		return &Value{K: Object, O: o}
+	case Array:
+		if v.A == nil {
+			return &Value{K: Array, NilArray: v.NilArray}
+		}
+		a := make([]*Value, len(v.A))
+		for i, c := range v.A {
+			a[i] = c.DeepCopy()
+		}
+		return &Value{K: Array, A: a}
+	}
+	c := *v
+	return &c
+}
+
+// Equal reports whether a and b are equal as go-cmp compares Go JSON values:
+// Int and Float differ, a nil array differs from an empty one, key order
+// does not matter.
+func Equal(a, b *Value) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.K != b.K {
+		return false
+	}
+	switch a.K {
+	case Null:
+		return true
+	case Bool:
+		return a.B == b.B
+	case Int:
+		return a.I == b.I
+	case Float:
+		return a.F == b.F
+	case String:
+		return a.S == b.S
+	case Array:
+		if a.NilArray != b.NilArray {
+			return false
+		}
+		if len(a.A) != len(b.A) {
+			return false
+		}
+		for i := range a.A {
+			if !Equal(a.A[i], b.A[i]) {
+				return false
+			}
+		}
+		return true
+	case Object:
+		if len(a.O.Keys) != len(b.O.Keys) {
+			return false
+		}
+		for i, k := range a.O.Keys {
+			bv, ok := b.O.Get(k)
+			if !ok || !Equal(a.O.Vals[i], bv) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// SameJSON reports whether a and b encode the same JSON value, numbers
+// compared as float64 (what a JSON patch between them would see).
+func SameJSON(a, b *Value) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	an, bn := a.K == Int || a.K == Float, b.K == Int || b.K == Float
+	if an && bn {
+		return a.Float64() == b.Float64()
+	}
+	ak, bk := a.K, b.K
+	if ak == Array && a.NilArray {
+		ak = Null
+	}
+	if bk == Array && b.NilArray {
+		bk = Null
+	}
+	if ak != bk {
+		return false
+	}
+	switch ak {
+	case Null:
+		return true
+	case Bool:
+		return a.B == b.B
+	case String:
+		return a.S == b.S
+	case Array:
+		if len(a.A) != len(b.A) {
+			return false
+		}
+		for i := range a.A {
+			if !SameJSON(a.A[i], b.A[i]) {
+				return false
+			}
+		}
+		return true
+	case Object:
+		if len(a.O.Keys) != len(b.O.Keys) {
+			return false
+		}
+		for i, k := range a.O.Keys {
+			bv, ok := b.O.Get(k)
+			if !ok || !SameJSON(a.O.Vals[i], bv) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// Float64 returns a number's value as float64.
+func (v *Value) Float64() float64 {
+	if v.K == Int {
+		return float64(v.I)
+	}
+	return v.F
+}
+
+// NumberMode says how Parse types numbers.
+type NumberMode uint8
+
+const (
+	// IntsPreserved: an integer literal that fits int64 is Int, else Float
+	// (k8s.io/apimachinery's JSON).
+	IntsPreserved NumberMode = iota
+	// AllFloat: every number is Float (encoding/json into interface{}).
+	AllFloat
+)
+
+// Parse parses one JSON document.
+func Parse(data []byte, mode NumberMode) (*Value, error) {
+	p := parser{d: data, mode: mode}
+	p.ws()
+	v, err := p.value(0)
+	if err != nil {
+		return nil, err
+	}
+	p.ws()
+	if p.i != len(p.d) {
+		return nil, p.fail("unexpected data after the top-level value")
+	}
+	return v, nil
+}
+
+type parser struct {
+	d    []byte
+	i    int
+	mode NumberMode
+}
+
+const maxDepth = 10000
+
+func (p *parser) fail(msg string) error {
+	return &SyntaxError{Offset: p.i, Msg: msg}
+}
+
+// SyntaxError locates a JSON syntax error.
+type SyntaxError struct {
+	Offset int
+	Msg    string
+}
+
+func (e *SyntaxError) Error() string {
+	return "invalid JSON at offset " + strconv.Itoa(e.Offset) + ": " + e.Msg
+}
+
+// Unwrap makes errors.Is(err, ErrSyntax) hold.
+func (e *SyntaxError) Unwrap() error { return ErrSyntax }
+
+func (p *parser) ws() {
+	for p.i < len(p.d) {
+		switch p.d[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) value(depth int) (*Value, error) {
+	if depth > maxDepth {
+		return nil, p.fail("nesting too deep")
+	}
+	if p.i >= len(p.d) {
+		return nil, p.fail("unexpected end of input")
+	}
+	switch c := p.d[p.i]; {
+	case c == '{':
+		p.i++
+		o := &Obj{}
+		p.ws()
+		if p.i < len(p.d) && p.d[p.i] == '}' {
+			p.i++
+			return &Value{K: Object, O: o}, nil
+		}
+		for {
+			p.ws()
+			if p.i >= len(p.d) || p.d[p.i] != '"' {
+				return nil, p.fail("expected a string key")
+			}
+			k, err := p.str()
+			if err != nil {
+				return nil, err
+			}
+			p.ws()
+			if p.i >= len(p.d) || p.d[p.i] != ':' {
+				return nil, p.fail("expected ':'")
+			}
+			p.i++
+			p.ws()
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			o.Set(k, v)
+			p.ws()
+			if p.i >= len(p.d) {
+				return nil, p.fail("unexpected end of input in object")
+			}
+			if p.d[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.d[p.i] == '}' {
+				p.i++
+				return &Value{K: Object, O: o}, nil
+			}
+			return nil, p.fail("expected ',' or '}'")
+		}
+	case c == '[':
+		p.i++
+		a := make([]*Value, 0, 4)
+		p.ws()
+		if p.i < len(p.d) && p.d[p.i] == ']' {
+			p.i++
+			return &Value{K: Array, A: a}, nil
+		}
+		for {
+			p.ws()
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+			p.ws()
+			if p.i >= len(p.d) {
+				return nil, p.fail("unexpected end of input in array")
+			}
+			if p.d[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.d[p.i] == ']' {
+				p.i++
+				return &Value{K: Array, A: a}, nil
+			}
+			return nil, p.fail("expected ',' or ']'")
+		}
+	case c == '"':
+		s, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		return &Value{K: String, S: s}, nil
+	case c == 't':
+		return p.lit("true", &Value{K: Bool, B: true})
+	case c == 'f':
+		return p.lit("false", &Value{K: Bool})
+	case c == 'n':
+		return p.lit("null", &Value{K: Null})
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.num()
+	}
+	return nil, p.fail("unexpected character " + strconv.QuoteRune(rune(p.d[p.i])))
+}
+
+func (p *parser) lit(s string, v *Value) (*Value, error) {
+	if len(p.d)-p.i < len(s) || string(p.d[p.i:p.i+len(s)]) != s {
+		return nil, p.fail("invalid literal")
+	}
+	p.i += len(s)
+	return v, nil
+}
+
+func (p *parser) num() (*Value, error) {
+	start := p.i
+	isInt := true
+	if p.d[p.i] == '-' {
+		p.i++
+	}
+	if p.i >= len(p.d) {
+		return nil, p.fail("invalid number")
+	}
+	if p.d[p.i] == '0' {
+		p.i++
+	} else if p.d[p.i] >= '1' && p.d[p.i] <= '9' {
+		for p.i < len(p.d) && p.d[p.i] >= '0' && p.d[p.i] <= '9' {
+			p.i++
+		}
+	} else {
+		return nil, p.fail("invalid number")
+	}
+	if p.i < len(p.d) && p.d[p.i] == '.' {
+		isInt = false
+		p.i++
+		d := p.i
+		for p.i < len(p.d) && p.d[p.i] >= '0' && p.d[p.i] <= '9' {
+			p.i++
+		}
+		if p.i == d {
+			return nil, p.fail("invalid number")
+		}
+	}
+	if p.i < len(p.d) && (p.d[p.i] == 'e' || p.d[p.i] == 'E') {
+		isInt = false
+		p.i++
+		if p.i < len(p.d) && (p.d[p.i] == '+' || p.d[p.i] == '-') {
+			p.i++
+		}
+		d := p.i
+		for p.i < len(p.d) && p.d[p.i] >= '0' && p.d[p.i] <= '9' {
+			p.i++
+		}
+		if p.i == d {
+			return nil, p.fail("invalid number")
+		}
+	}
+	lit := string(p.d[start:p.i])
+	if isInt && p.mode == IntsPreserved {
+		if i, err := strconv.ParseInt(lit, 10, 64); err == nil {
+			return &Value{K: Int, I: i}, nil
+		}
+	}
+	f, err := strconv.ParseFloat(lit, 64)
+	if err != nil {
+		return nil, &SyntaxError{Offset: start, Msg: "number " + lit + " out of range"}
+	}
+	return &Value{K: Float, F: f}, nil
+}
+
+func (p *parser) str() (string, error) {
+	p.i++ // opening quote
+	start := p.i
+	for p.i < len(p.d) {
+		c := p.d[p.i]
+		if c == '"' {
+			s := string(p.d[start:p.i])
+			p.i++
+			if !utf8.ValidString(s) {
+				return fixUTF8(s), nil
+			}
+			return s, nil
+		}
+		if c == '\\' {
+			return p.strSlow(start)
+		}
+		if c < 0x20 {
+			return "", p.fail("control character in string")
+		}
+		p.i++
+	}
+	return "", p.fail("unterminated string")
+}
+
+func fixUTF8(s string) string {
+	b := make([]byte, 0, len(s))
+	for _, r := range s {
+		b = utf8.AppendRune(b, r)
+	}
+	return string(b)
+}
+
+func (p *parser) strSlow(start int) (string, error) {
+	b := make([]byte, 0, p.i-start+16)
+	b = append(b, p.d[start:p.i]...)
+	for p.i < len(p.d) {
+		c := p.d[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			s := string(b)
+			if !utf8.ValidString(s) {
+				s = fixUTF8(s)
+			}
+			return s, nil
+		case c < 0x20:
+			return "", p.fail("control character in string")
+		case c != '\\':
+			b = append(b, c)
+			p.i++
+			continue
+		}
+		p.i++
+		if p.i >= len(p.d) {
+			break
+		}
+		e := p.d[p.i]
+		p.i++
+		switch e {
+		case '"', '\\', '/':
+			b = append(b, e)
+		case 'b':
+			b = append(b, '\b')
+		case 'f':
+			b = append(b, '\f')
+		case 'n':
+			b = append(b, '\n')
+		case 'r':
+			b = append(b, '\r')
+		case 't':
+			b = append(b, '\t')
+		case 'u':
+			r, ok := p.hex4()
+			if !ok {
+				return "", p.fail("invalid \\u escape")
+			}
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if p.i+1 < len(p.d) && p.d[p.i] == '\\' && p.d[p.i+1] == 'u' {
+					save := p.i
+					p.i += 2
+					var ok2 bool
+					r2, ok2 = p.hex4()
+					if !ok2 {
+						return "", p.fail("invalid \\u escape")
+					}
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						b = utf8.AppendRune(b, d)
+						continue
+					}
+					p.i = save
+				}
+				r = utf8.RuneError
+			}
+			b = utf8.AppendRune(b, r)
+		default:
+			return "", p.fail("invalid escape")
+		}
+	}
+	return "", p.fail("unterminated string")
+}
+
+func (p *parser) hex4() (rune, bool) {
+	if len(p.d)-p.i < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p.d[p.i : p.i+4] {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		case c >= 'A' && c <= 'F':
+			r |= rune(c - 'A' + 10)
+		default:
+			return 0, false
+		}
+	}
+	p.i += 4
+	return r, true
+}
+
+// Encode appends v's JSON encoding to b (object keys in their order).
+func Encode(b []byte, v *Value) []byte {
+	if v == nil {
+		return append(b, "null"...)
+	}
+	switch v.K {
+	case Null:
+		return append(b, "null"...)
+	case Bool:
+		if v.B {
+			return append(b, "true"...)
+		}
+		return append(b, "false"...)
+	case Int:
+		return strconv.AppendInt(b, v.I, 10)
+	case Float:
+		return AppendFloat(b, v.F)
+	case String:
+		return AppendString(b, v.S)
+	case Array:
+		if v.A == nil && v.NilArray {
+			return append(b, "null"...)
+		}
+		b = append(b, '[')
+		for i, e := range v.A {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = Encode(b, e)
+		}
+		return append(b, ']')
+	case Object:
+		b = append(b, '{')
+		for i, k := range v.O.Keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendString(b, k)
+			b = append(b, ':')
+			b = Encode(b, v.O.Vals[i])
+		}
+		return append(b, '}')
+	}
+	return append(b, "null"...)
+}
+
+// AppendFloat formats f as encoding/json does.
+func AppendFloat(b []byte, f float64) []byte {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return append(b, "null"...)
+	}
+	abs := math.Abs(f)
+	fmtc := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		fmtc = 'e'
+	}
+	b = strconv.AppendFloat(b, f, fmtc, -1, 64)
+	if fmtc == 'e' {
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendString appends s as a JSON string.
+func AppendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// TypeName names v's type as Go's %T would for the value Gatekeeper holds.
+func (v *Value) TypeName() string {
+	if v == nil {
+		return "<nil>"
+	}
+	switch v.K {
+	case Null:
+		return "<nil>"
+	case Bool:
+		return "bool"
+	case Int:
+		return "int64"
+	case Float:
+		return "float64"
+	case String:
+		return "string"
+	case Array:
+		return "[]interface {}"
+	case Object:
+		return "map[string]interface {}"
+	}
+	return "unknown"
+}

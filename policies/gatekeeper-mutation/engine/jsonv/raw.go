@@ -1,0 +1,128 @@
+package jsonv
+
+// RawFields splits a JSON object into its keys and the raw bytes of their
+// values, without building a tree (the last of duplicate keys wins).
+func RawFields(data []byte) (map[string][]byte, error) {
+	p := parser{d: data}
+	p.ws()
+	if p.i >= len(p.d) || p.d[p.i] != '{' {
+		return nil, p.fail("expected an object")
+	}
+	p.i++
+	out := map[string][]byte{}
+	p.ws()
+	if p.i < len(p.d) && p.d[p.i] == '}' {
+		return out, nil
+	}
+	for {
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != '"' {
+			return nil, p.fail("expected a string key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != ':' {
+			return nil, p.fail("expected ':'")
+		}
+		p.i++
+		p.ws()
+		start := p.i
+		if err := p.skip(0); err != nil {
+			return nil, err
+		}
+		out[k] = p.d[start:p.i]
+		p.ws()
+		if p.i >= len(p.d) {
+			return nil, p.fail("unexpected end of input in object")
+		}
+		if p.d[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.d[p.i] == '}' {
+			return out, nil
+		}
+		return nil, p.fail("expected ',' or '}'")
+	}
+}
+
+// skip moves past one value, checking its syntax.
+func (p *parser) skip(depth int) error {
+	if depth > maxDepth {
+		return p.fail("nesting too deep")
+	}
+	if p.i >= len(p.d) {
+		return p.fail("unexpected end of input")
+	}
+	switch c := p.d[p.i]; {
+	case c == '{' || c == '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		p.i++
+		p.ws()
+		if p.i < len(p.d) && p.d[p.i] == closer {
+			p.i++
+			return nil
+		}
+		for {
+			p.ws()
+			if c == '{' {
+				if p.i >= len(p.d) || p.d[p.i] != '"' {
+					return p.fail("expected a string key")
+				}
+				if err := p.skipStr(); err != nil {
+					return err
+				}
+				p.ws()
+				if p.i >= len(p.d) || p.d[p.i] != ':' {
+					return p.fail("expected ':'")
+				}
+				p.i++
+				p.ws()
+			}
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+			p.ws()
+			if p.i >= len(p.d) {
+				return p.fail("unexpected end of input")
+			}
+			if p.d[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.d[p.i] == closer {
+				p.i++
+				return nil
+			}
+			return p.fail("expected ',' or a closing bracket")
+		}
+	case c == '"':
+		return p.skipStr()
+	}
+	_, err := p.value(depth)
+	return err
+}
+
+func (p *parser) skipStr() error {
+	p.i++
+	for p.i < len(p.d) {
+		switch c := p.d[p.i]; {
+		case c == '"':
+			p.i++
+			return nil
+		case c == '\\':
+			p.i += 2
+		case c < 0x20:
+			return p.fail("control character in string")
+		default:
+			p.i++
+		}
+	}
+	return p.fail("unterminated string")
+}

@@ -1,0 +1,215 @@
+package mutators
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/path/parser"
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/path/tester"
+)
+
+// ErrNonKeyedSetter: the mutator does not set keyed list elements.
+var ErrNonKeyedSetter = errors.New("mutator does not understand keyed lists")
+
+// Setter writes a mutator's value at the last segment of its location.
+type Setter interface {
+	SetValue(obj *jsonv.Obj, key string) error
+	KeyedListOkay() bool
+	KeyedListValue() (*jsonv.Value, error)
+}
+
+// goNode formats a node as Gatekeeper's %+v of *parser.Object / *parser.List.
+func goNode(n parser.Node) string {
+	if n.Type == parser.ObjectNode {
+		return "&{Reference:" + n.Reference + "}"
+	}
+	kv := "<nil>"
+	if n.IntKey {
+		kv = strconv.FormatInt(n.KeyInt, 10)
+	} else if !n.Glob {
+		kv = n.KeyString
+	}
+	return "&{KeyField:" + n.KeyField + " KeyValue:" + kv + " Glob:" + strconv.FormatBool(n.Glob) + "}"
+}
+
+func keyValue(n parser.Node) *jsonv.Value {
+	if n.IntKey {
+		return jsonv.NewInt(n.KeyInt)
+	}
+	return jsonv.NewString(n.KeyString)
+}
+
+// keyEquals is Go's interface equality between a path key (string or int64)
+// and an element's value.
+func keyEquals(n parser.Node, v *jsonv.Value) bool {
+	if v == nil {
+		return false
+	}
+	if n.IntKey {
+		return v.K == jsonv.Int && v.I == n.KeyInt
+	}
+	return v.K == jsonv.String && v.S == n.KeyString
+}
+
+type walk struct {
+	path   parser.Path
+	tester *tester.Tester
+	setter Setter
+}
+
+// Mutate walks path in obj (an object) and sets the value with setter; it
+// reports whether anything was set. Shapes that do not fit are errors.
+func Mutate(path parser.Path, t *tester.Tester, setter Setter, obj *jsonv.Value) (bool, error) {
+	if len(path.Nodes) == 0 {
+		return false, errors.New("attempting to mutate an empty target location")
+	}
+	w := &walk{path: path, tester: t, setter: setter}
+	mutated, _, err := w.mutate(obj, 0)
+	return mutated, err
+}
+
+func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, error) {
+	entry := w.path.Nodes[depth]
+	last := len(w.path.Nodes)-1 == depth
+	if entry.Type == parser.ObjectNode {
+		if current == nil || current.K != jsonv.Object {
+			return false, nil, errors.New("mismatch between path entry (type: object) and received object (type: " +
+				current.TypeName() + "). Path: " + goNode(entry))
+		}
+		next, exists := current.O.Get(entry.Reference)
+		if exists {
+			if !w.tester.ExistsOkay(depth) {
+				return false, nil, nil
+			}
+		} else if !w.tester.MissingOkay(depth) {
+			return false, nil, nil
+		}
+		if last {
+			if err := w.setter.SetValue(current.O, entry.Reference); err != nil {
+				return false, nil, err
+			}
+			return true, current, nil
+		}
+		if !exists {
+			var err error
+			if next, err = w.createMissing(depth); err != nil {
+				return false, nil, err
+			}
+		}
+		mutated, next, err := w.mutate(next, depth+1)
+		if err != nil {
+			return false, nil, err
+		}
+		if mutated {
+			current.O.Set(entry.Reference, next)
+		}
+		return mutated, current, nil
+	}
+	// List node.
+	if current == nil || current.K != jsonv.Array {
+		return false, nil, errors.New("mismatch between path entry (type: List) and received object (type: " +
+			current.TypeName() + "). Path: " + goNode(entry))
+	}
+	shallow := make([]*jsonv.Value, len(current.A), len(current.A)+1)
+	copy(shallow, current.A)
+	if last {
+		if !w.setter.KeyedListOkay() {
+			return false, nil, ErrNonKeyedSetter
+		}
+		return w.setListElement(shallow, entry, depth)
+	}
+	if entry.Glob && !w.tester.ExistsOkay(depth) {
+		return false, nil, nil
+	}
+	mutated, found := false, false
+	for _, el := range shallow {
+		if entry.Glob {
+			m, _, err := w.mutate(el, depth+1)
+			if err != nil {
+				return false, nil, err
+			}
+			mutated = mutated || m
+			found = true
+		} else if el != nil && el.K == jsonv.Object {
+			if ev, ok := el.O.Get(entry.KeyField); ok && keyEquals(entry, ev) {
+				if !w.tester.ExistsOkay(depth) {
+					return false, nil, nil
+				}
+				m, _, err := w.mutate(el, depth+1)
+				if err != nil {
+					return false, nil, err
+				}
+				mutated = mutated || m
+				found = true
+			}
+		}
+	}
+	if !entry.Glob && !found {
+		if !w.tester.MissingOkay(depth) {
+			return false, nil, nil
+		}
+		next, err := w.createMissing(depth)
+		if err != nil {
+			return false, nil, err
+		}
+		shallow = append(shallow, next)
+		m, _, err := w.mutate(next, depth+1)
+		if err != nil {
+			return false, nil, err
+		}
+		mutated = mutated || m
+	}
+	return mutated, &jsonv.Value{K: jsonv.Array, A: shallow}, nil
+}
+
+func (w *walk) setListElement(list []*jsonv.Value, entry parser.Node, depth int) (bool, *jsonv.Value, error) {
+	if entry.Glob {
+		return false, nil, errors.New("last path entry can not be globbed")
+	}
+	newValue, err := w.setter.KeyedListValue()
+	if err != nil {
+		return false, nil, err
+	}
+	for i, el := range list {
+		if el == nil || el.K != jsonv.Object {
+			return false, nil, errors.New("cast error, unable to case " + el.TypeName() + " to map[string]interface{}")
+		}
+		ev, found := el.O.Get(entry.KeyField)
+		if found && keyEquals(entry, ev) {
+			nk, ok := newValue.O.Get(entry.KeyField)
+			if !ok || !keyEquals(entry, nk) {
+				return false, nil, errors.New("key value of replaced object must not change")
+			}
+			if !w.tester.ExistsOkay(depth) {
+				return false, nil, nil
+			}
+			list[i] = newValue
+			return true, &jsonv.Value{K: jsonv.Array, A: list}, nil
+		}
+	}
+	if !w.tester.MissingOkay(depth) {
+		return false, nil, nil
+	}
+	return true, &jsonv.Value{K: jsonv.Array, A: append(list, newValue)}, nil
+}
+
+func (w *walk) createMissing(depth int) (*jsonv.Value, error) {
+	entry, nextEntry := w.path.Nodes[depth], w.path.Nodes[depth+1]
+	var next *jsonv.Value
+	if nextEntry.Type == parser.ObjectNode {
+		next = jsonv.NewObject()
+	} else {
+		next = &jsonv.Value{K: jsonv.Array, A: []*jsonv.Value{}}
+	}
+	if entry.Type == parser.ListNode {
+		if next.K != jsonv.Object {
+			return nil, errors.New("two consecutive list path entries not allowed: " + goNode(entry) + " " + goNode(nextEntry))
+		}
+		if entry.Glob {
+			return nil, errors.New("list entry has no key value")
+		}
+		next.O.Set(entry.KeyField, keyValue(entry))
+	}
+	return next, nil
+}

@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine"
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
+)
+
+// The guest keeps the last compiled settings: the host sends the same
+// settings with every request, and compiling 500 mutators per request would
+// cost more than the mutation.
+var (
+	lastSettings []byte
+	lastSystem   *engine.System
+)
+
+func system(settings []byte) (*engine.System, error) {
+	if lastSystem != nil && bytes.Equal(settings, lastSettings) {
+		return lastSystem, nil
+	}
+	s, err := engine.Compile(settings)
+	if err != nil {
+		return nil, err
+	}
+	lastSettings = append(lastSettings[:0], settings...)
+	lastSystem = s
+	return s, nil
+}
+
+func settingsResponse(err error) []byte {
+	if err == nil {
+		return []byte(`{"valid":true}`)
+	}
+	b := append([]byte(`{"valid":false,"message":`), jsonv.AppendString(nil, err.Error())...)
+	return append(b, '}')
+}
+
+func reject(msg string) []byte {
+	b := append([]byte(`{"accepted":false,"message":`), jsonv.AppendString(nil, msg)...)
+	return append(b, '}')
+}
+
+// validateSettings checks the settings as Compile does.
+func validateSettings(payload []byte) ([]byte, error) {
+	_, err := system(payload)
+	return settingsResponse(err), nil
+}
+
+func str(raw []byte) string {
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	v, err := jsonv.Parse(raw, jsonv.IntsPreserved)
+	if err != nil {
+		return ""
+	}
+	return v.S
+}
+
+// validate answers a Kubewarden ValidationRequest
+// {"request": <AdmissionRequest>, "settings": {...}}.
+func validate(payload []byte) ([]byte, error) {
+	top, err := jsonv.RawFields(payload)
+	if err != nil {
+		return reject("cannot decode the validation request: " + err.Error()), nil
+	}
+	settings := top["settings"]
+	if len(settings) == 0 {
+		settings = []byte("{}")
+	}
+	sys, err := system(settings)
+	if err != nil {
+		return reject(err.Error()), nil
+	}
+	req, err := jsonv.RawFields(top["request"])
+	if err != nil {
+		return reject("cannot decode the admission request: " + err.Error()), nil
+	}
+	r := engine.Request{
+		Operation: str(req["operation"]),
+		Name:      str(req["name"]),
+		Namespace: str(req["namespace"]),
+		Object:    req["object"],
+		OldObject: req["oldObject"],
+	}
+	if k, err := jsonv.RawFields(req["kind"]); err == nil {
+		r.Kind = engine.GVK{Group: str(k["group"]), Version: str(k["version"]), Kind: str(k["kind"])}
+	}
+	if u, err := jsonv.RawFields(req["userInfo"]); err == nil {
+		r.Username = str(u["username"])
+	}
+	if len(r.Object) == 0 || string(r.Object) == "null" {
+		return []byte(`{"accepted":true}`), nil
+	}
+	mutated, changed, err := sys.Mutate(r)
+	if err != nil {
+		return reject(err.Error()), nil
+	}
+	if !changed {
+		return []byte(`{"accepted":true}`), nil
+	}
+	b := make([]byte, 0, len(mutated)+40)
+	b = append(b, `{"accepted":true,"mutated_object":`...)
+	b = append(b, mutated...)
+	return append(b, '}'), nil
+}
