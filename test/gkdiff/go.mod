@@ -7,6 +7,7 @@ require (
 	github.com/open-policy-agent/gatekeeper/v3 v3.23.1
 	github.com/pkg/errors v0.9.1
 	github.com/tollgate-dev/tollgate v0.0.0-00010101000000-000000000000
+	github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation v0.0.0-00010101000000-000000000000
 	github.com/tollgate-dev/tollgate/sdk v0.0.0
 	k8s.io/api v0.36.6
 	k8s.io/apiextensions-apiserver v0.36.2
@@ -121,3 +122,5 @@ replace (
 	github.com/tollgate-dev/tollgate => ../..
 	github.com/tollgate-dev/tollgate/sdk => ../../sdk
 )
+
+replace github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation => ../../policies/gatekeeper-mutation
