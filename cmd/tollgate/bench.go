@@ -109,7 +109,7 @@ Takes the same inputs as run.`,
 			fmt.Fprintf(w, "p99:         %s\n", rep.P99)
 			fmt.Fprintf(w, "min / max:   %s / %s\n", rep.Min, rep.Max)
 			fmt.Fprintf(w, "guest mean:  %s (host overhead %.1f%% of the mean)\n", rep.GuestMean, 100*rep.HostOverhead)
-			if rep.Mode != "kubewarden-wapc" {
+			if rep.Mode == "wasi" { // the only mode that starts a module per evaluation
 				fmt.Fprintf(w, "start:       %s of the guest mean starting the %s module\n", rep.StartMean, rep.Mode)
 			}
 			return nil

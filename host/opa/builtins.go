@@ -1,7 +1,6 @@
 package opa
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -154,7 +153,7 @@ func (s *evalState) builtinContext() topdown.BuiltinContext {
 func (s *evalState) call(b builtin, args [][]byte) ([]byte, error) {
 	terms := make([]*ast.Term, len(args))
 	for i, a := range args {
-		v, err := ast.ValueFromReader(bytes.NewReader(a))
+		v, err := jsonValue(a)
 		if err != nil {
 			return nil, fmt.Errorf("builtin %s: argument %d: %w", b.name, i, err)
 		}

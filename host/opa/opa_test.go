@@ -305,7 +305,7 @@ func TestConcurrent(t *testing.T) {
 }
 
 // setGlobal returns code with the i32 global exported as name initialised to v.
-func setGlobal(t *testing.T, code []byte, name string, v byte) []byte {
+func setGlobal(t testing.TB, code []byte, name string, v byte) []byte {
 	t.Helper()
 	secs, err := wasmbin.Sections(code)
 	if err != nil {

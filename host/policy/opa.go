@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -61,6 +62,17 @@ const (
 // settings, "review": R} and answers a list of violations [{"msg": ...}].
 func (p *Policy) evaluateRego(ctx context.Context, request []byte, raw bool) (*Result, error) {
 	start := time.Now()
+	if bytes.IndexByte(request, '\n') >= 0 {
+		// Indented JSON (a file given to run or bench; the API server sends
+		// it compact): the module's JSON parser reads every byte, and
+		// compacting in Go costs a fraction of that (54 us of a 5 KB Pod
+		// indented into 12 KB, see docs/benchmarks.md).
+		var buf bytes.Buffer
+		buf.Grow(len(request))
+		if json.Compact(&buf, request) == nil {
+			request = buf.Bytes()
+		}
+	}
 	var input []byte
 	switch p.rego.mode {
 	case metadata.ExecutionModeGatekeeper:
