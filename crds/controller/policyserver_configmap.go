@@ -18,6 +18,8 @@ type serverConfig struct {
 	digest   string
 	policies int
 	skipped  map[string]error
+	// policiesYML is the policies.yml written (for the context-aware RBAC).
+	policiesYML []byte
 }
 
 // message is the ConfigMapReconciled condition's message.
@@ -75,7 +77,7 @@ func (r *PolicyServerReconciler) desiredConfigMap(ps *v1.PolicyServer, policies 
 		return nil, serverConfig{}, err
 	}
 	yml, skipped := r.entries.buildConfig(policies, ps, r.Options)
-	cfg := serverConfig{digest: ConfigDigest(yml), policies: len(policies) - len(skipped), skipped: skipped}
+	cfg := serverConfig{digest: ConfigDigest(yml), policies: len(policies) - len(skipped), skipped: skipped, policiesYML: yml}
 	cm := &corev1.ConfigMap{ObjectMeta: r.objectMeta(ps)}
 	cm.Annotations = map[string]string{v1.ConfigDigestAnnotation: cfg.digest}
 	cm.Data = map[string]string{PoliciesKey: string(yml), SourcesKey: string(sources)}

@@ -54,6 +54,11 @@ type PolicyServerReconciler struct {
 	Options  Options
 	Certs    *CertManager
 	Recorder record.EventRecorder
+	// APIReader reads the context-aware ClusterRole and ClusterRoleBinding uncached; nil
+	// leaves them alone (see reconcileContextAwareRBAC).
+	APIReader client.Reader
+	// RESTMapper maps contextAwareResources kinds to resources; nil is the client's.
+	RESTMapper meta.RESTMapper
 
 	entries entryCache
 }
@@ -194,7 +199,11 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		ps.Status.ConfigDigest, ps.Status.Policies = cfg.digest, int32(cfg.policies)
 	}
 	// Before the Deployment: its pods watch their ConfigMap from their start.
-	step(v1.ConditionRBACReconciled, r.reconcileRBAC(ctx, ps), "")
+	rbacErr, rbacMsg := r.reconcileRBAC(ctx, ps), ""
+	if rbacErr == nil && cfg.policiesYML != nil {
+		rbacMsg, rbacErr = r.reconcileContextAwareRBAC(ctx, ps, cfg.policiesYML)
+	}
+	step(v1.ConditionRBACReconciled, rbacErr, rbacMsg)
 	dep, err := r.reconcileDeployment(ctx, ps)
 	step(v1.ConditionDeploymentReconciled, err, unsupportedFields(ps))
 	if dep != nil {
@@ -281,6 +290,12 @@ func (r *PolicyServerReconciler) finalize(ctx context.Context, ps *v1.PolicyServ
 		Reason: v1.ReasonReconciliationSucceeded, Message: "no webhook of this server's policies is left", ObservedGeneration: ps.Generation})
 	if err := r.writeStatus(ctx, ps, before); err != nil && !apierrors.IsNotFound(err) {
 		return reconcile.Result{}, err
+	}
+	if r.APIReader != nil {
+		// Cluster-scoped and owned by ps: garbage collection would remove them too.
+		if err := r.deleteContextAwareRBAC(ctx, ContextAwareRoleName(ps.Name)); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	patch := client.MergeFromWithOptions(ps.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(ps, v1.PolicyServerFinalizer)

@@ -12,10 +12,12 @@ import (
 func setup(mgr ctrl.Manager, o Options) error {
 	certs := NewCertManager(mgr.GetClient(), o)
 	ps := &PolicyServerReconciler{
-		Client:   mgr.GetClient(),
-		Options:  o,
-		Certs:    certs,
-		Recorder: mgr.GetEventRecorderFor("tollgate-controller"), //nolint:staticcheck // the core/v1 Events API, as the policy reconcilers
+		Client:  mgr.GetClient(),
+		Options: o,
+		Certs:   certs,
+		// uncached reads of the context-aware ClusterRole and ClusterRoleBinding
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorderFor("tollgate-controller"), //nolint:staticcheck // the core/v1 Events API, as the policy reconcilers
 	}
 	if err := ps.SetupWithManager(mgr); err != nil {
 		return err
