@@ -30,7 +30,9 @@ import (
 // ContextAwareRoleName is the name of the ClusterRole (and of its ClusterRoleBinding) that
 // grants PolicyServer ps's ServiceAccount read access to the kinds its policies declare in
 // contextAwareResources.
-func ContextAwareRoleName(ps string) string { return "tollgate-" + PolicyServerObjectName(ps) + "-context-aware" }
+func ContextAwareRoleName(ps string) string {
+	return "tollgate-" + PolicyServerObjectName(ps) + "-context-aware"
+}
 
 // contextAccess is what a PolicyServer's policies may read from the cluster, from the
 // policies.yml the controller wrote for it.
@@ -50,8 +52,8 @@ type resourceKind struct{ apiVersion, kind string }
 func contextAccessOf(policiesYML []byte) (contextAccess, error) {
 	type entry struct {
 		ContextAwareResources []struct{ APIVersion, Kind string } `json:"contextAwareResources"`
-		HostCapabilities      *[]string                            `json:"hostCapabilities"`
-		Policies              map[string]entry                     `json:"policies"`
+		HostCapabilities      *[]string                           `json:"hostCapabilities"`
+		Policies              map[string]entry                    `json:"policies"`
 	}
 	var entries map[string]entry
 	if err := json.Unmarshal(policiesYML, &entries); err != nil {
