@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetratelabs/wazero"
+
 	"github.com/tollgate-dev/tollgate/host/opa"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
@@ -23,9 +25,12 @@ const (
 	missingBuiltin    = "test/testdata/policies/opa-missing-builtin"
 )
 
+// cache is shared by the package's tests: each module is compiled once.
+var cache = wazero.NewCompilationCache()
+
 func compileCode(t testing.TB, code []byte, cfg opa.Config) *opa.Module {
 	t.Helper()
-	m, err := opa.Compile(context.Background(), nil, code, cfg)
+	m, err := opa.Compile(context.Background(), cache, code, cfg)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
@@ -181,7 +186,7 @@ func TestBuiltins(t *testing.T) {
 }
 
 func TestMissingBuiltinsRefused(t *testing.T) {
-	_, err := opa.Compile(context.Background(), nil, testfixture.Module(t, missingBuiltin), opa.Config{})
+	_, err := opa.Compile(context.Background(), cache, testfixture.Module(t, missingBuiltin), opa.Config{})
 	if !errors.Is(err, opa.ErrMissingBuiltins) {
 		t.Fatalf("err = %v, want ErrMissingBuiltins", err)
 	}
@@ -266,7 +271,7 @@ func TestMisbehave(t *testing.T) {
 		}
 	})
 	t.Run("data not JSON", func(t *testing.T) {
-		_, err := opa.Compile(context.Background(), nil, testfixture.Module(t, misbehave), opa.Config{Data: []byte(`{"a":`)})
+		_, err := opa.Compile(context.Background(), cache, testfixture.Module(t, misbehave), opa.Config{Data: []byte(`{"a":`)})
 		if !errors.Is(err, opa.ErrBadData) {
 			t.Fatalf("err = %v, want ErrBadData", err)
 		}
@@ -370,7 +375,7 @@ func uleb(p []byte) (uint64, int) {
 
 func TestABIVersion(t *testing.T) {
 	code := testfixture.Module(t, gatekeeperExample)
-	_, err := opa.Compile(context.Background(), nil, setGlobal(t, code, "opa_wasm_abi_version", 2), opa.Config{})
+	_, err := opa.Compile(context.Background(), cache, setGlobal(t, code, "opa_wasm_abi_version", 2), opa.Config{})
 	if !errors.Is(err, opa.ErrABIVersion) || !strings.Contains(err.Error(), "ABI 2.3") {
 		t.Fatalf("err = %v, want ErrABIVersion naming 2.3", err)
 	}
@@ -395,7 +400,7 @@ func TestNotOPA(t *testing.T) {
 		"garbage": []byte("not wasm"),
 		"waPC":    testfixture.Module(t, "examples/required-labels"),
 	} {
-		if _, err := opa.Compile(context.Background(), nil, code, opa.Config{}); err == nil {
+		if _, err := opa.Compile(context.Background(), cache, code, opa.Config{}); err == nil {
 			t.Errorf("%s: compiled", name)
 		}
 	}
