@@ -106,7 +106,7 @@ func TestGatekeeperMode(t *testing.T) {
 // decides the shapes.
 func TestRegoModeSelection(t *testing.T) {
 	h, _ := newHost(t)
-	raw := testfixture.File(t, opaMisbehave+"/policy.wasm")
+	raw := testfixture.File(t, opaExample+"/policy.raw.wasm")
 	_, err := h.Load(context.Background(), policy.Spec{ID: "bare", Module: raw})
 	if err == nil || !strings.Contains(err.Error(), "give the execution mode (-e opa or -e gatekeeper)") {
 		t.Fatalf("err = %v", err)
@@ -116,6 +116,7 @@ func TestRegoModeSelection(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	// Evaluated as gatekeeper, the opa answer is not a list of violations: accepted.
+	// (-e decides for a module without metadata.)
 	p := load(t, h, policy.Spec{ID: "gk", Module: raw, ExecutionMode: "gatekeeper"})
 	if res, err := p.Validate(context.Background(), []byte(podRequest)); err != nil || !res.Response.Accepted {
 		t.Fatalf("%v %+v", err, res)
