@@ -27,13 +27,17 @@ type validationRequest struct {
 	} `json:"request"`
 }
 
-// validate mutates a Pod whose containers add capabilities so that they also drop BPF.
+// validateDecoded is validate through encoding/json: the request decoded into a struct, the Pod
+// into a map[string]interface{}, the mutated Pod encoded again whole. validate uses it for the
+// payloads its fast path does not take as they are (malformed JSON, unexpected types, keys that
+// match the request's field names only case-insensitively, repeated keys), so that those get
+// exactly the answers they always got; the tests compare the two on every fixture.
 //
 // The object is handled as generic JSON (numbers kept as json.Number) rather than through the
 // typed k8s-objects structs: those drop unknown fields and `false` booleans when they are encoded
 // again, which would turn into spurious JSONPatch operations. Here the only difference between
 // the request object and mutated_object is the added "BPF".
-func validate(payload []byte) ([]byte, error) {
+func validateDecoded(payload []byte) ([]byte, error) {
 	var req validationRequest
 	if err := json.Unmarshal(payload, &req); err != nil {
 		return kubewarden.RejectRequest(

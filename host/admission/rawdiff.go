@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -431,10 +432,36 @@ var stopsString = func() (t [256]bool) {
 }()
 
 func skipWS(d []byte, i int) int {
-	for i < len(d) && isWS[d[i]] {
+	for i < len(d) {
+		// Indentation: eight spaces at a time.
+		if i+8 <= len(d) && binary.LittleEndian.Uint64(d[i:]) == 0x2020202020202020 {
+			i += 8
+			continue
+		}
+		if !isWS[d[i]] {
+			break
+		}
 		i++
 	}
 	return i
+}
+
+// The SWAR tests below look at eight bytes at once (x is eight bytes, little endian).
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// hasByte reports whether one of the bytes of x is c.
+func hasByte(x uint64, c byte) bool {
+	v := x ^ (ones * uint64(c))
+	return (v-ones)&^v&highs != 0
+}
+
+// plainRun reports whether none of the eight bytes of x stops a string scan:
+// no quote, backslash, control character or non-ASCII byte.
+func plainRun(x uint64) bool {
+	return x&highs == 0 && (x-ones*0x20)&^x&highs == 0 && !hasByte(x, '"') && !hasByte(x, '\\')
 }
 
 // value checks the syntax of the value starting at b[i], records its end in
@@ -544,6 +571,9 @@ func (d *jdoc) str(i int) (int, bool) {
 	start := i
 	flag := false
 	for i++; ; i++ {
+		for i+8 <= len(b) && plainRun(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		for i < len(b) && !stopsString[b[i]] {
 			i++
 		}

@@ -369,35 +369,45 @@ func (p *Policy) ValidateRaw(ctx context.Context, request []byte) (*Result, erro
 
 func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result, error) {
 	start := time.Now()
-	payload := make([]byte, 0, len(request)+len(p.settings)+26)
-	payload = append(payload, `{"request":`...)
-	payload = append(payload, request...)
-	payload = append(payload, `,"settings":`...)
-	payload = append(payload, p.settings...)
-	payload = append(payload, '}')
-
+	payload := p.payload(request)
 	callStart := time.Now()
 	out, startCost, err := p.call(ctx, "validate", payload)
 	guest := time.Since(callStart)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", p.id, err)
 	}
-	if len(out) > p.maxResp {
-		return nil, fmt.Errorf("policy %s: %w: the answer is %d bytes, the limit is %d", p.id, ErrInvalidResponse, len(out), p.maxResp)
-	}
 	res := &Result{GuestDuration: guest, StartDuration: startCost}
 	defer func() { res.Duration = time.Since(start) }()
+	if err := p.decide(res, object, out); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// payload is the ValidationRequest: the request's bytes and the settings
+// spliced into {"request":...,"settings":...}, nothing decoded.
+func (p *Policy) payload(request []byte) []byte {
+	payload := make([]byte, 0, len(request)+len(p.settings)+26)
+	payload = append(payload, `{"request":`...)
+	payload = append(payload, request...)
+	payload = append(payload, `,"settings":`...)
+	payload = append(payload, p.settings...)
+	return append(payload, '}')
+}
+
+// decide turns the policy's answer into res.Response and res.Patch.
+func (p *Policy) decide(res *Result, object, out []byte) error {
+	if len(out) > p.maxResp {
+		return fmt.Errorf("policy %s: %w: the answer is %d bytes, the limit is %d", p.id, ErrInvalidResponse, len(out), p.maxResp)
+	}
 	// The fast path decodes the answer without encoding/json's pass over
 	// mutated_object; on anything unusual, and on every error, the reference
 	// path runs on the same answer so that results and errors are its own.
 	if object != nil && decodeResponseFast(out, &res.Response) && p.answer(res, object, out, false) == nil {
-		return res, nil
+		return nil
 	}
 	res.Response, res.Patch = protocol.ValidationResponse{}, nil
-	if err := p.answer(res, object, out, true); err != nil {
-		return nil, err
-	}
-	return res, nil
+	return p.answer(res, object, out, true)
 }
 
 // answer checks a decoded ValidationResponse and diffs its mutated_object

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"strings"
+
+	kubewarden "github.com/kubewarden/policy-sdk-go"
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
+)
+
+// droppedCapabilityJSON is droppedCapability as a JSON string, and as a one-element JSON array.
+var (
+	droppedCapabilityJSON      = fastjson.Quote(droppedCapability)
+	droppedCapabilityArrayJSON = []byte("[" + string(droppedCapabilityJSON) + "]")
+)
+
+// validate mutates a Pod whose containers add capabilities so that they also drop BPF.
+//
+// It reads the request with sdk/fastjson (no reflection: TinyGo's encoding/json is what a call
+// used to spend its time in) and answers the mutated Pod as the request's bytes with "BPF" spliced
+// into the drop lists, so the rest of the Pod is neither decoded nor encoded again. The decisions
+// are those of validateDecoded, step for step: keys match as when decoding into a map (exactly,
+// the last of repeated keys counting), values of unexpected types count as absent.
+func validate(payload []byte) ([]byte, error) {
+	root, err := fastjson.Parse(payload)
+	if err != nil || !plainObject(root, "request") {
+		return validateDecoded(payload)
+	}
+	request := root.Get("request")
+	if !plainObject(request, "kind", "object") {
+		return validateDecoded(payload)
+	}
+	kind := request.Get("kind")
+	if !plainObject(kind, "kind") || kind.Get("kind").Kind() != fastjson.String {
+		return validateDecoded(payload)
+	}
+	if !kind.Get("kind").Equals("Pod") || request.Get("object").IsNull() {
+		// Not a Pod, or a DELETE (no object): nothing to mutate.
+		return kubewarden.AcceptRequest()
+	}
+	pod := request.Get("object")
+	if pod.Kind() != fastjson.Object {
+		return validateDecoded(payload) // the Pod does not decode: validateDecoded says why
+	}
+	ed := fastjson.NewEditor(pod)
+	spec := pod.Get("spec")
+	for _, field := range containerFields {
+		spec.Get(field).ForEach(func(_ int, container fastjson.Value) bool {
+			dropFromContainerJSON(ed, container)
+			return true
+		})
+	}
+	if !ed.Changed() {
+		return kubewarden.AcceptRequest()
+	}
+	mutated, err := ed.Bytes()
+	if err != nil { // cannot happen: each edit touches its own drop list
+		return validateDecoded(payload)
+	}
+	return fastjson.MutateRequest(mutated), nil
+}
+
+// dropFromContainerJSON records the edit adding droppedCapability to the drop list of a
+// container that adds capabilities and does not drop it already (dropFromContainer's rules).
+func dropFromContainerJSON(ed *fastjson.Editor, container fastjson.Value) {
+	capabilities := container.Get("securityContext", "capabilities")
+	if capabilities.Kind() != fastjson.Object || capabilities.Get("add").Kind() != fastjson.Array || capabilities.Get("add").Len() == 0 {
+		return
+	}
+	drop := capabilities.Get("drop")
+	if drop.Kind() != fastjson.Array {
+		ed.Set(capabilities, "drop", droppedCapabilityArrayJSON)
+		return
+	}
+	dropped := false
+	drop.ForEach(func(_ int, d fastjson.Value) bool {
+		dropped = d.Equals(droppedCapability)
+		return !dropped
+	})
+	if !dropped {
+		ed.Append(drop, droppedCapabilityJSON)
+	}
+}
+
+// plainObject reports whether v is an object in which each of fields, matched as encoding/json
+// matches struct fields (case-insensitively), appears at most once and spelled exactly; only then
+// does reading it with fastjson give what decoding it into validateDecoded's struct gives.
+func plainObject(v fastjson.Value, fields ...string) bool {
+	if v.Kind() != fastjson.Object {
+		return false
+	}
+	var seen [4]int
+	ok := true
+	v.ForEachMember(func(k, _ fastjson.Value) bool {
+		key, _ := k.Str()
+		for i, f := range fields {
+			if strings.EqualFold(key, f) {
+				seen[i]++
+				if key != f || seen[i] > 1 {
+					ok = false
+				}
+			}
+		}
+		return ok
+	})
+	return ok
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// checkSameAnswer fails unless validate (sdk/fastjson) and validateDecoded (encoding/json) give
+// the same answer to payload: same verdict, message and code, and mutated objects that decode
+// to the same value (the host's JSONPatch depends on nothing else).
+func checkSameAnswer(t testing.TB, payload []byte) {
+	t.Helper()
+	fast, err1 := validate(payload)
+	slow, err2 := validateDecoded(payload)
+	if (err1 == nil) != (err2 == nil) {
+		t.Fatalf("errors differ: %v / %v", err1, err2)
+	}
+	if got, want := decodeAnswer(t, fast), decodeAnswer(t, slow); !reflect.DeepEqual(got, want) {
+		t.Fatalf("answers differ for %.300s\nfastjson      %s\nencoding/json %s", payload, fast, slow)
+	}
+}
+
+func decodeAnswer(t testing.TB, out []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("answer %q: %v", out, err)
+	}
+	if m["mutated_object"] == nil {
+		delete(m, "mutated_object")
+	}
+	return m
+}
+
+// TestFastMatchesDecoded runs both paths on every request fixture of the repository: this
+// example's, the other examples' and the realistic reviews of test/testdata/reviews.
+func TestFastMatchesDecoded(t *testing.T) {
+	var files []string
+	for _, glob := range []string{"testdata/*.json", "../*/testdata/*.json", "../../test/testdata/reviews/*.json"} {
+		m, _ := filepath.Glob(glob)
+		files = append(files, m...)
+	}
+	mutated := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var review struct {
+			Request json.RawMessage `json:"request"`
+		}
+		if json.Unmarshal(data, &review) == nil && len(review.Request) > 0 {
+			data = review.Request // an AdmissionReview: its request
+		}
+		payload := []byte(`{"request":` + string(data) + `,"settings":{}}`)
+		checkSameAnswer(t, payload)
+		if out, _ := validate(payload); bytes.Contains(out, []byte("mutated_object")) {
+			mutated++
+		}
+	}
+	if mutated < 3 {
+		t.Fatalf("only %d fixtures were mutated", mutated)
+	}
+}
+
+func FuzzFastMatchesDecoded(f *testing.F) {
+	for _, name := range []string{"pod-adds-capabilities.json", "pod-ephemeral-container.json", "pod-delete.json", "pod-already-drops-bpf.json"} {
+		request, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add([]byte(`{"request": ` + string(request) + `, "settings": {}}`))
+	}
+	for _, s := range []string{
+		`{"request": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [1, {"securityContext": {"capabilities": {"add": "x", "drop": 3}}}]}}}}`,
+		`{"request": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"], "drop": "BPF"}}}]}}}}`,
+		`{"request": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"], "drop": ["B\u0050F"], "drop": null}}}]}}}}`,
+		`{"Request": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"]}}}]}}}}`,
+		`{"request": {"kind": {"kind": "Pod"}}, "request": {"object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"]}}}]}}}}`,
+		`{"request": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"], "drop": []}}}]}, "spec": {}}}}`,
+		`{"request": {"kind": {"kind": "Pod"}, "object": [1]}}`,
+		`{"request": {"kind": {"kind": "Pod"}, "object": null}}`,
+		`{"request": {"kind": null, "object": {}}}`,
+		`{"request": 42}`,
+		`null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, payload []byte) { checkSameAnswer(t, payload) })
+}
