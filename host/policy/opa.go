@@ -62,17 +62,6 @@ const (
 // settings, "review": R} and answers a list of violations [{"msg": ...}].
 func (p *Policy) evaluateRego(ctx context.Context, request []byte, raw bool) (*Result, error) {
 	start := time.Now()
-	if bytes.IndexByte(request, '\n') >= 0 {
-		// Indented JSON (a file given to run or bench; the API server sends
-		// it compact): the module's JSON parser reads every byte, and
-		// compacting in Go costs a fraction of that (54 us of a 5 KB Pod
-		// indented into 12 KB, see docs/benchmarks.md).
-		var buf bytes.Buffer
-		buf.Grow(len(request))
-		if json.Compact(&buf, request) == nil {
-			request = buf.Bytes()
-		}
-	}
 	var input []byte
 	switch p.rego.mode {
 	case metadata.ExecutionModeGatekeeper:
@@ -83,12 +72,12 @@ func (p *Policy) evaluateRego(ctx context.Context, request []byte, raw bool) (*R
 		input = append(input, `{"parameters":`...)
 		input = append(input, p.settings...)
 		input = append(input, `,"review":`...)
-		input = append(input, request...)
+		input = appendCompact(input, request)
 		input = append(input, '}')
 	default:
 		input = make([]byte, 0, len(request)+12)
 		input = append(input, `{"request":`...)
-		input = append(input, request...)
+		input = appendCompact(input, request)
 		input = append(input, '}')
 	}
 	callStart := time.Now()
@@ -210,4 +199,38 @@ func gatekeeperResult(out []byte) *Result {
 		}
 	}
 	return &Result{Response: newRejection(strings.Join(msgs, ", "), 0)}
+}
+
+// appendCompact appends the JSON document src without the whitespace between
+// its tokens. A request read from a file by run or bench is indented (the
+// API server sends it compact): the module's JSON parser reads every byte,
+// at about half the speed of this loop (the 5 KB Pod indented to 12 KB: 55 us
+// more in the guest, 26 us here; encoding/json.Compact takes 130 us). src is
+// valid JSON (the request was parsed before).
+func appendCompact(dst, src []byte) []byte {
+	if bytes.IndexByte(src, '\n') < 0 {
+		return append(dst, src...) // compact already (no newline, the common case)
+	}
+	in := false
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		if in {
+			dst = append(dst, c)
+			if c == '\\' && i+1 < len(src) {
+				i++
+				dst = append(dst, src[i])
+			} else if c == '"' {
+				in = false
+			}
+			continue
+		}
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '"':
+			in = true
+		}
+		dst = append(dst, c)
+	}
+	return dst
 }
