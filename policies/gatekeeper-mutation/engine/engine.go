@@ -269,8 +269,10 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 			ns = &match.Namespace{Name: reqNS}
 		}
 	}
-	original := obj.DeepCopy()
 	oldNS := nestedString(obj, "metadata", "namespace")
+	// The original object, as a JSON value: a mutation that only changes a
+	// number's type (1 -> 1.0) or moves a key is no change for the patch.
+	original := jsonv.AppendSemantic(make([]byte, 0, len(req.Object)), obj)
 	setNamespace(obj, reqNS)
 
 	mutated, err := s.loop(obj, ns, req.Operation)
@@ -278,7 +280,7 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	setNamespace(obj, oldNS)
-	if jsonv.SameJSON(original, obj) {
+	if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
 		return nil, false, nil
 	}
 	return jsonv.Encode(make([]byte, 0, len(req.Object)+256), obj), true, nil
@@ -287,10 +289,10 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, error) {
 	maxIterations := len(s.muts) + 1
 	var applied []string
+	var old, cur []byte // the object at the iteration's start and end (AppendTyped)
 	mo := matchObject(obj)
 	for iteration := 1; iteration <= maxIterations; iteration++ {
 		applied = applied[:0]
-		old := obj.DeepCopy()
 		for i, m := range s.muts {
 			if s.conflicts[i] {
 				continue
@@ -309,6 +311,11 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 			if !matches {
 				continue
 			}
+			if len(old) == 0 {
+				// Nothing changed since the iteration started (an encoding is
+				// never empty).
+				old = jsonv.AppendTyped(old, obj)
+			}
 			did, err := m.Mutate(&mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name})
 			if did {
 				applied = append(applied, m.ID())
@@ -318,9 +325,15 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 				return false, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 			}
 		}
-		if len(applied) == 0 || jsonv.Equal(old, obj) {
+		if len(applied) == 0 {
 			return iteration != 1, nil
 		}
+		cur = jsonv.AppendTyped(cur[:0], obj)
+		if string(cur) == string(old) {
+			return iteration != 1, nil
+		}
+		// The next iteration starts from this state: reuse its encoding.
+		old, cur = cur, old
 	}
 	return false, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
 		" (after " + itoa(maxIterations) + " iterations; mutators applied in the last one: " + strings.Join(applied, ", ") + ")"}

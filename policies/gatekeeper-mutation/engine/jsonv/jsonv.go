@@ -674,13 +674,22 @@ func AppendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// needsEscape marks the bytes AppendString escapes.
+var needsEscape = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
+
 // AppendString appends s as a JSON string.
 func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
+		if !needsEscape[c] {
 			continue
 		}
 		b = append(b, s[start:i]...)

@@ -2,24 +2,150 @@ package mutators
 
 import (
 	"errors"
-	"regexp"
 	"strconv"
 	"strings"
 )
 
-// Gatekeeper's assignimage/imageparser.go regular expressions, compiled on
-// first use (settings time only).
-var (
-	domainRegexp, pathRegexp, tagRegexp *regexp.Regexp
-)
+// Gatekeeper validates image parts with three regular expressions
+// (assignimage/imageparser.go). Go's regexp does not run under TinyGo here:
+// compiling the tag expression's {0,127} recursed past the stack and trapped
+// the module. These functions decide the same languages by hand;
+// image_test.go checks them against the expressions natively.
 
-func compileImageRegexps() {
-	if domainRegexp != nil {
-		return
+func isWord(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
 	}
-	domainRegexp = regexp.MustCompile(`(^\w[\w\-_]*\.[\w\-_\.]*[\w](:\d+)?$)|(^localhost(:\d+)?$)`)
-	pathRegexp = regexp.MustCompile(`^[a-z0-9]+(?:(?:(?:[._/]|__|[-]*)[a-z0-9]+)+)?`)
-	tagRegexp = regexp.MustCompile(`(^:[\w][\w.-]{0,127}$)|(^@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9A-Fa-f]{32,}$)`)
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// matchDomain: (^\w[\w\-_]*\.[\w\-_\.]*[\w](:\d+)?$)|(^localhost(:\d+)?$)
+func matchDomain(s string) bool {
+	host := s
+	if i := strings.IndexByte(s, ':'); i >= 0 {
+		if !isDigits(s[i+1:]) {
+			return false
+		}
+		host = s[:i]
+	}
+	if host == "localhost" {
+		return true
+	}
+	if len(host) < 3 || !isWord(host[0]) || !isWord(host[len(host)-1]) {
+		return false
+	}
+	dot := -1
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if c == '.' {
+			if dot < 0 {
+				dot = i
+			}
+			continue
+		}
+		if !isWord(c) && c != '-' {
+			return false
+		}
+	}
+	return dot >= 1 && dot < len(host)-1
+}
+
+func isLowerAlnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+
+// matchPath reports whether ^[a-z0-9]+(?:(?:(?:[._/]|__|[-]*)[a-z0-9]+)+)?
+// matches all of s (Gatekeeper compares FindString with the path).
+func matchPath(s string) bool {
+	i := 0
+	run := func() bool {
+		start := i
+		for i < len(s) && isLowerAlnum(s[i]) {
+			i++
+		}
+		return i > start
+	}
+	if !run() {
+		return false
+	}
+	for i < len(s) {
+		switch s[i] {
+		case '.', '/':
+			i++
+		case '_':
+			i++
+			if i < len(s) && s[i] == '_' {
+				i++
+			}
+		case '-':
+			for i < len(s) && s[i] == '-' {
+				i++
+			}
+		}
+		if !run() {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// matchTag: (^:[\w][\w.-]{0,127}$)|(^@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9A-Fa-f]{32,}$)
+func matchTag(s string) bool {
+	if len(s) >= 2 && s[0] == ':' {
+		if len(s) > 129 || !isWord(s[1]) {
+			return false
+		}
+		for i := 2; i < len(s); i++ {
+			if !isWord(s[i]) && s[i] != '.' && s[i] != '-' {
+				return false
+			}
+		}
+		return true
+	}
+	if len(s) < 2 || s[0] != '@' {
+		return false
+	}
+	colon := strings.IndexByte(s, ':')
+	if colon < 0 {
+		return false
+	}
+	alg, hex := s[1:colon], s[colon+1:]
+	if len(hex) < 32 {
+		return false
+	}
+	for i := 0; i < len(hex); i++ {
+		if !isHex(hex[i]) {
+			return false
+		}
+	}
+	// [A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*
+	needLetter := true
+	for i := 0; i < len(alg); i++ {
+		c := alg[i]
+		switch {
+		case needLetter:
+			if !isLetter(c) {
+				return false
+			}
+			needLetter = false
+		case c == '-' || c == '_' || c == '+' || c == '.':
+			needLetter = true
+		case !isLetter(c) && !(c >= '0' && c <= '9'):
+			return false
+		}
+	}
+	return !needLetter
 }
 
 func mutateImage(domain, path, tag, ref string) string {
@@ -56,23 +182,22 @@ func splitDomain(name string) (string, string) {
 }
 
 func validateImageParts(domain, path, tag string) error {
-	compileImageRegexps()
 	if domain == "" && path == "" && tag == "" {
 		return errors.New("at least one of [assignDomain, assignPath, assignTag] must be set")
 	}
 	if domain != "" {
-		if !domainRegexp.MatchString(domain) {
+		if !matchDomain(domain) {
 			return errors.New("assignDomain " + strconv.Quote(domain) + " must be a fully-qualified domain name or localhost")
 		}
 		if d, r := splitDomain(domain + "/"); d != domain || r != "" {
 			return errors.New("domain " + strconv.Quote(domain) + " could not be recognized as a valid domain")
 		}
 	}
-	if path != "" && path != pathRegexp.FindString(path) {
+	if path != "" && !matchPath(path) {
 		return errors.New("assignPath " + strconv.Quote(path) + " must be a valid docker image path")
 	}
 	if tag != "" {
-		if !tagRegexp.MatchString(tag) {
+		if !matchTag(tag) {
 			return errors.New("assignTag " + strconv.Quote(tag) + " must be a valid docker image tag or digest starting with ':' or '@'")
 		}
 		if p, t := splitTag(tag); t != tag || p != "" {

@@ -1,0 +1,79 @@
+package jsonv
+
+import "strconv"
+
+// AppendTyped appends an encoding of v that is equal for two values exactly
+// when Equal holds: object keys sorted, Int and Float apart (i / f
+// prefixes), a nil array apart from an empty one. It replaces a deep copy
+// plus Equal in the mutation loop: one buffer instead of a tree.
+func AppendTyped(b []byte, v *Value) []byte { return appendCanonical(b, v, true) }
+
+// AppendSemantic appends an encoding of v that is equal for two values
+// exactly when SameJSON holds (numbers as float64, keys sorted).
+func AppendSemantic(b []byte, v *Value) []byte { return appendCanonical(b, v, false) }
+
+func appendCanonical(b []byte, v *Value, typed bool) []byte {
+	if v == nil {
+		return append(b, 'n')
+	}
+	switch v.K {
+	case Null:
+		return append(b, 'n')
+	case Bool:
+		if v.B {
+			return append(b, 't')
+		}
+		return append(b, 'F')
+	case Int:
+		if typed {
+			return strconv.AppendInt(append(b, 'i'), v.I, 10)
+		}
+		return appendFloatCanon(append(b, 'f'), float64(v.I))
+	case Float:
+		return appendFloatCanon(append(b, 'f'), v.F)
+	case String:
+		return AppendString(b, v.S)
+	case Array:
+		if v.NilArray && v.A == nil {
+			if typed {
+				return append(b, 'N')
+			}
+			return append(b, 'n')
+		}
+		b = append(b, '[')
+		for _, e := range v.A {
+			b = appendCanonical(b, e, typed)
+			b = append(b, ',')
+		}
+		return append(b, ']')
+	case Object:
+		keys := v.O.Keys
+		var idx [16]int
+		order := idx[:0]
+		if len(keys) > len(idx) {
+			order = make([]int, 0, len(keys))
+		}
+		for i := range keys {
+			order = append(order, i)
+			for j := len(order) - 1; j > 0 && keys[order[j]] < keys[order[j-1]]; j-- {
+				order[j], order[j-1] = order[j-1], order[j]
+			}
+		}
+		b = append(b, '{')
+		for _, i := range order {
+			b = AppendString(b, keys[i])
+			b = append(b, ':')
+			b = appendCanonical(b, v.O.Vals[i], typed)
+			b = append(b, ',')
+		}
+		return append(b, '}')
+	}
+	return b
+}
+
+func appendFloatCanon(b []byte, f float64) []byte {
+	if f == 0 {
+		return append(b, '0')
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, 64)
+}
