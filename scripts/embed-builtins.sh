@@ -5,7 +5,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-for name in mutating-admission-policy; do
+for name in mutating-admission-policy gatekeeper-mutation; do
 	src="policies/$name/policy.wasm"
 	dst="host/builtin/modules/$name.wasm"
 	if [[ ! -f "$src" ]]; then

@@ -17,7 +17,7 @@ var ErrNotBuiltin = errors.New("unknown built-in module")
 
 // Known are the built-in modules tollgate ships, whether or not this binary
 // was built with them.
-var Known = []string{"mutating-admission-policy"}
+var Known = []string{"mutating-admission-policy", "gatekeeper-mutation"}
 
 // Module returns the bytes of the built-in module name.
 func Module(name string) ([]byte, error) {
