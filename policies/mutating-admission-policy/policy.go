@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/engine"
+	"github.com/tollgate-dev/tollgate/sdk/capabilities"
+	"github.com/tollgate-dev/tollgate/sdk/guest"
 	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
 )
 
@@ -40,6 +42,9 @@ func engineFor(settings []byte) (*engine.Engine, error) {
 	e, err := engine.Compile(settings)
 	if err != nil {
 		return nil, err
+	}
+	if e.Settings().FromCluster {
+		e = e.WithCluster(newHostCluster(capabilities.Host{Call: guest.HostCall}))
 	}
 	if len(compiled.entries) >= maxCachedSettings {
 		compiled.entries = compiled.entries[:maxCachedSettings-1]

@@ -103,7 +103,11 @@ func (e *Engine) dispatch(ctx context.Context, attr admission.Attributes, fast *
 			namespaceName = ""
 		}
 		if namespaceName != "" {
-			namespace, _ = e.namespaces.Get(namespaceName)
+			if namespace, err = e.namespaces.Get(namespaceName); err != nil {
+				// Only a cluster's namespaces fail (the settings' never do).
+				errs = append(errs, policyError{binding: true, err: fmt.Errorf("failed to get the namespace object: %w", err)})
+				return nil
+			}
 		}
 
 		for _, param := range params {
@@ -335,7 +339,10 @@ func (e *Engine) matchNamespace(attr admission.Attributes, sel *metav1.LabelSele
 		}
 		nsLabels = accessor.GetLabels()
 	} else {
-		ns, _ := e.namespaces.Get(attr.GetNamespace())
+		ns, err := e.namespaces.Get(attr.GetNamespace())
+		if err != nil {
+			return false, err // only a cluster's namespaces fail
+		}
 		nsLabels = ns.Labels
 	}
 	return selector.Matches(labels.Set(nsLabels)), nil
@@ -369,6 +376,9 @@ func (e *Engine) collectParams(namespace string) ([]runtime.Object, error) {
 	kind, ref := e.settings.Policy.Spec.ParamKind, e.settings.Binding.Spec.ParamRef
 	if kind == nil || ref == nil {
 		return []runtime.Object{nil}, nil
+	}
+	if e.cluster != nil {
+		return e.collectClusterParams(namespace, kind, ref)
 	}
 	paramsNamespace := ""
 	if e.paramsNamespaced {

@@ -25,11 +25,14 @@ type Engine struct {
 	evaluator        policyEvaluator
 	params           []paramEntry
 	paramsNamespaced bool
-	namespaces       *namespaceLister
+	namespaces       namespaceGetter
 	authorizer       authorizer.Authorizer
-	types            *typeConverters
-	objects          admission.ObjectInterfaces
-	scheme           *runtime.Scheme
+	// cluster, when set (WithCluster), answers namespaces, params and the
+	// authorizer instead of the settings.
+	cluster Cluster
+	types   *typeConverters
+	objects admission.ObjectInterfaces
+	scheme  *runtime.Scheme
 	// exactOnly disables the canonicalObject fast path (tests compare both).
 	exactOnly bool
 	// failFast makes every fast evaluation report a failed conversion, to
@@ -135,6 +138,10 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 		}
 	}
 	attr := admission.NewAttributesRecord(obj, oldObj, gvk, req.Namespace, req.Name, gvr, req.SubResource, op, options, dryRun, userInfo)
+	if e.cluster != nil {
+		// One evaluation asks the cluster each question once, whichever path answers.
+		e = e.WithCluster(&memoCluster{c: e.cluster})
+	}
 
 	var fast *fastState
 	if !e.exactOnly {

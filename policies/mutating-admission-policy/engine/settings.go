@@ -47,6 +47,10 @@ type Settings struct {
 	// RBAC are the RBAC objects the CEL authorizer answers from; nil when the
 	// settings have none (the authorizer then allows only system:masters).
 	RBAC *RBAC
+	// FromCluster says that namespaces, params and the authorizer's decisions
+	// come from the cluster, through the host's capabilities (the guest calls
+	// Engine.WithCluster); the settings then have no params, namespaces or rbac.
+	FromCluster bool
 }
 
 type rawSettings struct {
@@ -55,6 +59,8 @@ type rawSettings struct {
 	Params     json.RawMessage   `json:"params,omitempty"`
 	Namespaces []json.RawMessage `json:"namespaces,omitempty"`
 	RBAC       json.RawMessage   `json:"rbac,omitempty"`
+	// FromCluster: see Settings.FromCluster.
+	FromCluster bool `json:"fromCluster,omitempty"`
 }
 
 // Decode parses settings given as JSON or YAML, applies the API defaults of
@@ -79,12 +85,30 @@ func Decode(data []byte) (*Settings, error) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidSettings, err)
 	}
 	if len(strictErrs) > 0 {
-		return nil, fmt.Errorf("%w: %v (known keys: policy, binding, params, namespaces, rbac)", ErrInvalidSettings, joinErrs(strictErrs))
+		return nil, fmt.Errorf("%w: %v (known keys: policy, binding, params, namespaces, rbac, fromCluster)", ErrInvalidSettings, joinErrs(strictErrs))
 	}
 	if isNull(raw.Policy) {
 		return nil, fmt.Errorf("%w: settings must contain a \"policy\" (a MutatingAdmissionPolicy object or its spec)", ErrInvalidSettings)
 	}
-	s := &Settings{}
+	if raw.FromCluster {
+		var given []string
+		for _, k := range []struct {
+			name string
+			raw  json.RawMessage
+		}{{"params", raw.Params}, {"rbac", raw.RBAC}} {
+			if !isNull(k.raw) {
+				given = append(given, k.name)
+			}
+		}
+		if len(raw.Namespaces) > 0 {
+			given = append(given, "namespaces")
+		}
+		if len(given) > 0 {
+			return nil, fmt.Errorf("%w: fromCluster: true reads params, namespaces and the authorizer's decisions from the cluster; "+
+				"remove %s (or set fromCluster: false to use them offline)", ErrInvalidSettings, strings.Join(given, ", "))
+		}
+	}
+	s := &Settings{FromCluster: raw.FromCluster}
 	if s.Policy, err = decodePolicy(raw.Policy); err != nil {
 		return nil, err
 	}

@@ -47,17 +47,9 @@ func newParams(pk *admissionregistrationv1.ParamKind, params []*unstructured.Uns
 		if p.GetNamespace() != "" {
 			namespaced = true
 		}
-		var obj runtime.Object = p
-		if sch.Recognizes(gvk) {
-			typed, err := sch.New(gvk)
-			if err != nil {
-				return nil, false, err
-			}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(p.Object, typed); err != nil {
-				return nil, false, fmt.Errorf("params[%d]: not a valid %s: %w", i, gvk.Kind, err)
-			}
-			typed.GetObjectKind().SetGroupVersionKind(gvk)
-			obj = typed
+		obj, err := typedParam(p, gvk, sch)
+		if err != nil {
+			return nil, false, fmt.Errorf("params[%d]: %w", i, err)
 		}
 		out = append(out, paramEntry{namespace: p.GetNamespace(), name: p.GetName(), labels: p.GetLabels(), obj: obj})
 	}
