@@ -52,7 +52,9 @@ func newBenchCmd() *cobra.Command {
 		Long: `Evaluate a policy repeatedly on one request, after a warm-up, and print the
 count, mean, p50, p95 and p99 of the evaluation time (the guest call plus the
 host's request encoding, response decoding and JSONPatch diff).
-Takes the same inputs as run.`,
+Takes the same inputs as run (a module, or a ClusterAdmissionPolicy or
+AdmissionPolicy manifest whose spec.module, spec.settings and
+spec.contextAwareResources are used).`,
 		Example: `  tollgate bench examples/required-labels/policy.wasm -r examples/required-labels/testdata/pod-missing-label.json -s examples/required-labels/testdata/settings.yaml
   tollgate bench policy.wasm -r review.json --count 10000 -o json`,
 		Args: cobra.ExactArgs(1),

@@ -157,16 +157,30 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 	if err != nil {
 		return nil, err
 	}
+	manifest, isManifest, err := readPolicyManifest(uri)
+	if err != nil {
+		return nil, err
+	}
+	if isManifest {
+		uri = manifest.module
+	}
 	resolver := newResolver()
 	m, err := resolver.Resolve(ctx, uri)
 	if err != nil {
+		if isManifest {
+			return nil, fmt.Errorf("policy manifest %s: spec.module: %w", manifest.file, err)
+		}
 		return nil, err
 	}
 	md, err := metadata.Read(m.Wasm)
 	if err != nil {
 		return nil, err
 	}
-	hostCalls, capsDone, err := caps.hostCalls(uri, md, registryOf(resolver), rt.logger())
+	capsMD := md
+	if isManifest {
+		settings, capsMD = manifest.apply(settings, md)
+	}
+	hostCalls, capsDone, err := caps.hostCalls(uri, capsMD, registryOf(resolver), rt.logger())
 	if err != nil {
 		return nil, err
 	}

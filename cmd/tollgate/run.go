@@ -20,7 +20,11 @@ func newRunCmd() *cobra.Command {
 webhook would return: uid, allowed, patchType and patch (base64 JSONPatch) when
 the policy mutates, status{message,code}, auditAnnotations and warnings.
 
-MODULE is a path, file://, https://, registry:// or builtin:// URI.
+MODULE is a path, file://, https://, registry:// or builtin:// URI, or a
+ClusterAdmissionPolicy or AdmissionPolicy manifest (.yaml/.yml, policies.kubewarden.io
+or policies.tollgate.dev): its spec.module runs with its spec.settings (unless -s or
+--settings-json is given) and, for a ClusterAdmissionPolicy, --allow-context-aware
+lets it read its spec.contextAwareResources instead of the module's metadata's.
 REQUEST is an AdmissionReview or a bare AdmissionRequest (- reads stdin); with
 --raw (or a policy whose metadata says policyType: raw) any JSON, also in the
 {"request": ...} form of the validate_raw endpoint.
