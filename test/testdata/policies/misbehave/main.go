@@ -41,6 +41,9 @@ type settings struct {
 	Chunk int `json:"chunk"`
 	// log: the message logged (default "misbehave log").
 	Message string `json:"message"`
+	// hostcall: how many times to make the call (default 1); the answer of the last one is
+	// reported. Measures the marginal cost of a host call (host/capabilities BenchmarkGuestRoundTrip).
+	Repeat int `json:"repeat"`
 }
 
 // behaviours maps each behaviour to what validate does.
@@ -168,7 +171,11 @@ func hostcall(s *settings) ([]byte, error) {
 	if binding == "" {
 		binding = "kubewarden"
 	}
-	answer, err := wapc.HostCall(binding, s.Namespace, s.Operation, []byte(s.Payload))
+	var answer []byte
+	var err error
+	for i := 0; i < s.Repeat || i == 0; i++ {
+		answer, err = wapc.HostCall(binding, s.Namespace, s.Operation, []byte(s.Payload))
+	}
 	var message string
 	if err != nil {
 		message = "host call failed: " + err.Error()
