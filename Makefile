@@ -16,8 +16,10 @@ GOTEST_FLAGS ?= -timeout 40m
 
 all: build
 
+# The binary is built static and with -trimpath, as `make image` builds it, so that the image's
+# build (and internal/tools/mkimage's test of it) finds every package in the build cache.
 build: demo-modules
-	$(GO) build -o bin/tollgate ./cmd/tollgate
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/tollgate ./cmd/tollgate
 
 # demo-modules copies the built example policies into internal/demo/modules, which the
 # binary embeds for `tollgate serve` without configuration (see docs/server.md).

@@ -197,7 +197,7 @@ find_tollgate() {
 # build_tollgate builds bin/tollgate (incrementally) when it is the binary to annotate with.
 build_tollgate() {
 	[[ "$TOLLGATE_BIN" == "$ROOT/bin/tollgate" ]] || return 0
-	"$GO" build -o bin/tollgate ./cmd/tollgate || die "go build ./cmd/tollgate failed (needed for tollgate annotate)"
+	CGO_ENABLED=0 "$GO" build -trimpath -o bin/tollgate ./cmd/tollgate || die "go build ./cmd/tollgate failed (needed for tollgate annotate)"
 	bin/tollgate annotate --help >/dev/null 2>&1 ||
 		die "bin/tollgate has no working annotate command (bin/tollgate annotate --help fails)"
 }

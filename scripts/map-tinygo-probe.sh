@@ -22,7 +22,7 @@ if ! (cd "$DIR" && "$TINYGO" build -target=wasip1 -buildmode=wasi-legacy -schedu
 	exit 1
 fi
 echo "map-tinygo-probe: built $(stat -c %s "$OUT/policy.wasm") bytes in $(($(date +%s) - start)) s" >&2
-[[ -x bin/tollgate ]] || go build -o bin/tollgate ./cmd/tollgate
+[[ -x bin/tollgate ]] || CGO_ENABLED=0 go build -trimpath -o bin/tollgate ./cmd/tollgate
 if ! bin/tollgate run "$OUT/policy.wasm" -r "$DIR/testdata/pod.json" -s "$DIR/testdata/sidecar-settings.yml" --timeout 30s >"$OUT/run.json" 2>"$OUT/run.log"; then
 	echo "map-tinygo-probe: RESULT: the TinyGo module builds but does not run:" >&2
 	head -20 "$OUT/run.log" >&2

@@ -34,7 +34,9 @@ func TestImage(t *testing.T) {
 		t.Fatalf("the image is linux-only and its binary is run here: run this test on linux, not %s", runtime.GOOS)
 	}
 	ocitest.RequireRegistry(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// The build reuses `make build`'s packages (same flags); a cold cache on a loaded 2-core
+	// machine compiles everything: give it room.
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	o := options{
 		Root: filepath.Join("..", "..", ".."), Out: t.TempDir(), Platforms: []string{"linux/" + runtime.GOARCH},
