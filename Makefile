@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-operator policies test test-modules bench check tools clean demo map-tinygo-probe
+.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -114,6 +114,18 @@ bench-operator: policies build k8s-tools
 	export KUBECTL="$$(sed -n 's/^kubectl=//p' <<<"$$tools")"; \
 	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
 	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench OperatorScale -benchtime 1x .
+
+# bench-capabilities measures a context-aware policy that lists 1,000 Ingresses per evaluation
+# (test/e2e BenchmarkContextAwareList1000, docs/benchmarks.md "Host capabilities"): `tollgate serve`
+# on a real apiserver, p50/p99 and the server's RSS with the Ingress cache and with a cache cap
+# below the kind's size. About 3 minutes.
+bench-capabilities: policies build
+	@set -e; tools="$$(./scripts/install-k8s-tools.sh kube-apiserver etcd kubectl)"; \
+	export KUBE_APISERVER="$$(sed -n 's/^kube-apiserver=//p' <<<"$$tools")"; \
+	export ETCD="$$(sed -n 's/^etcd=//p' <<<"$$tools")"; \
+	export KUBECTL="$$(sed -n 's/^kubectl=//p' <<<"$$tools")"; \
+	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
+	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench ContextAwareList1000 -benchtime 1x .
 
 check:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)
