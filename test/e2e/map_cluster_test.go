@@ -142,7 +142,7 @@ spec:
 			t.Fatalf("want unchanged: %s", out)
 		}
 	})
-	t.Run("ConfigMap not declared", func(t *testing.T) {
+	t.Run("an AdmissionPolicy may read nothing", func(t *testing.T) {
 		// The same policy as an AdmissionPolicy may read nothing of the cluster.
 		ap := filepath.Join(dir, "ap.yaml")
 		b, err := os.ReadFile(capPath)
