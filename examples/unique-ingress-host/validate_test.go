@@ -197,3 +197,53 @@ func TestReplaySessions(t *testing.T) {
 		})
 	}
 }
+
+// TestMalformed: a request object or a listed item of the wrong shape is refused with the field
+// named, as decoding it into a struct with encoding/json would refuse it.
+func TestMalformed(t *testing.T) {
+	t.Run("request object", func(t *testing.T) {
+		policytest.NewHost(t)
+		payload := []byte(`{"request":{"uid":"u","operation":"CREATE","namespace":"shop","kind":{"group":"networking.k8s.io","version":"v1","kind":"Ingress"},` +
+			`"object":{"apiVersion":"networking.k8s.io/v1","kind":"Ingress","metadata":{"name":5,"namespace":"shop"}}},"settings":{}}`)
+		resp, err := policytest.Validate(payload)
+		if err != nil || resp.Accepted || resp.Code == nil || *resp.Code != 400 ||
+			deref(resp.Message) != "the request's object is not an Ingress: metadata.name is not a string" {
+			t.Fatalf("%+v %q %v", resp, deref(resp.Message), err)
+		}
+	})
+	for name, items := range map[string]string{
+		"item not an object": `["x"]`,
+		"rules not a list":   `[{"metadata":{"name":"a","namespace":"b"},"spec":{"rules":{"host":"shop.example.com"}}}]`,
+		"host not a string":  `[{"metadata":{"name":"a","namespace":"b"},"spec":{"rules":[{"host":1}]}}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := policytest.NewHost(t)
+			if err := h.Answer("kubernetes", "list_resources_all", listIngresses, json.RawMessage(`{"kind":"IngressList","items":`+items+`}`)); err != nil {
+				t.Fatal(err)
+			}
+			payload, err := policytest.BuildValidationRequestFromFixture("testdata/ingress-shop-web.json", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := policytest.Validate(payload)
+			if err != nil || resp.Accepted || resp.Code == nil || *resp.Code != 500 ||
+				!strings.HasPrefix(deref(resp.Message), "the host's list of Ingresses holds an item that is not an Ingress: ") {
+				t.Fatalf("%+v %q %v", resp, deref(resp.Message), err)
+			}
+		})
+	}
+	t.Run("null fields are empty", func(t *testing.T) {
+		h := policytest.NewHost(t)
+		if err := h.Answer("kubernetes", "list_resources_all", listIngresses,
+			json.RawMessage(`{"kind":"IngressList","items":[{"metadata":null,"spec":{"rules":null}},{"metadata":{"name":null},"spec":null}]}`)); err != nil {
+			t.Fatal(err)
+		}
+		payload, err := policytest.BuildValidationRequestFromFixture("testdata/ingress-shop-web.json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := policytest.Validate(payload); err != nil || !resp.Accepted {
+			t.Fatalf("%+v %q %v", resp, deref(resp.Message), err)
+		}
+	})
+}

@@ -1,6 +1,9 @@
 package capabilities
 
-import "strings"
+import (
+	"sort"
+	"strings"
+)
 
 // maskNode is a field_masks tree: keep marks a path that ends here (its
 // whole subtree is kept).
@@ -31,15 +34,39 @@ func buildMask(paths []string) *maskNode {
 	return root
 }
 
-// applyMasks prunes an object to the field_masks paths as Kubewarden does:
-// apiVersion, kind and metadata always survive; other keys outside the tree
-// are dropped; arrays are transparent. No masks: the object as it is. The
-// input is never modified (it may be a cache's object).
-func applyMasks(obj map[string]any, paths []string) map[string]any {
+// fieldMask is a request's field_masks, compiled once per host call: the
+// tree, and a key naming the set (paths sorted, duplicates dropped) under
+// which a cache keeps an object's masked encoding.
+type fieldMask struct {
+	key  string
+	root *maskNode
+}
+
+// newFieldMask compiles paths; nil when there are none (the whole object).
+func newFieldMask(paths []string) *fieldMask {
 	if len(paths) == 0 {
+		return nil
+	}
+	sorted := append([]string(nil), paths...)
+	sort.Strings(sorted)
+	uniq := sorted[:0]
+	for i, p := range sorted {
+		if i == 0 || p != sorted[i-1] {
+			uniq = append(uniq, p)
+		}
+	}
+	return &fieldMask{key: strings.Join(uniq, "\x00"), root: buildMask(uniq)}
+}
+
+// apply prunes an object to the field_masks paths as Kubewarden does:
+// apiVersion, kind and metadata always survive; other keys outside the tree
+// are dropped; arrays are transparent. No masks (m nil): the object as it
+// is. The input is never modified (it may be a cache's object).
+func (m *fieldMask) apply(obj map[string]any) map[string]any {
+	if m == nil {
 		return obj
 	}
-	root := buildMask(paths)
+	root := m.root
 	out := make(map[string]any, len(root.children)+3)
 	for k, v := range obj {
 		switch k {

@@ -209,7 +209,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 	}
 	const capName = "kubernetes/get_resource"
 	var obj map[string]any
-	fm := masks(r.FieldMasks)
+	mask := newFieldMask(masks(r.FieldMasks))
 	if r.DisableCache {
 		k.m.cache(capName, "bypass")
 	} else if rc := k.cacheFor(mp, Resource{r.APIVersion, r.Kind}); rc != nil {
@@ -221,10 +221,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 			if o, ok, _ := st.GetByKey(key); ok {
 				if u, ok := o.(*unstructured.Unstructured); ok {
 					k.m.cache(capName, "hit")
-					if len(fm) == 0 {
-						return rc.encoded(key, u)
-					}
-					obj = u.Object
+					return rc.encoded(key, u, mask)
 				}
 			}
 		}
@@ -243,7 +240,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 		stripObject(u)
 		obj = u.Object
 	}
-	return json.Marshal(applyMasks(obj, fm))
+	return json.Marshal(mask.apply(obj))
 }
 
 func masks(p *[]string) []string {
@@ -307,8 +304,9 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 			}
 		}
 	}
+	mask := newFieldMask(fm)
 	var items []map[string]any
-	var encodedItems []listItem // from a cache, without masks
+	var encodedItems []listItem // from a cache
 	answered := false
 	if !cacheable {
 		k.m.cache(capName, "bypass")
@@ -331,19 +329,15 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 				if !fs.Matches(fields.Set{"metadata.name": u.GetName(), "metadata.namespace": u.GetNamespace()}) {
 					continue
 				}
-				if len(fm) == 0 {
-					key := u.GetName()
-					if ns := u.GetNamespace(); ns != "" {
-						key = ns + "/" + key
-					}
-					b, err := rc.encoded(key, u)
-					if err != nil {
-						return nil, err
-					}
-					encodedItems = append(encodedItems, listItem{u.GetNamespace() + "/" + u.GetName(), b})
-					continue
+				key := u.GetName()
+				if ns := u.GetNamespace(); ns != "" {
+					key = ns + "/" + key
 				}
-				items = append(items, u.Object)
+				b, err := rc.encoded(key, u, mask)
+				if err != nil {
+					return nil, err
+				}
+				encodedItems = append(encodedItems, listItem{u.GetNamespace() + "/" + u.GetName(), b})
 			}
 			answered = true
 			k.m.cache(capName, "hit")
@@ -363,7 +357,7 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 		}
 	}
 	for _, it := range items {
-		b, err := json.Marshal(applyMasks(it, fm))
+		b, err := json.Marshal(mask.apply(it))
 		if err != nil {
 			return nil, err
 		}
@@ -469,24 +463,50 @@ type resourceCache struct {
 	enc sync.Map // key -> encodedObject
 }
 
+// encodedObject is an object version's JSON under each field-mask set asked
+// for (mask key "" is the whole object). It is never modified once stored:
+// a new encoding stores a new encodedObject.
 type encodedObject struct {
-	rv string
-	b  []byte
+	rv       string
+	variants []encodedVariant
 }
 
-// encoded is u's JSON, encoded at most once per resourceVersion. The bytes
-// are shared: callers must not modify them.
-func (c *resourceCache) encoded(key string, u *unstructured.Unstructured) ([]byte, error) {
+type encodedVariant struct {
+	mask string
+	b    []byte
+}
+
+// maxMaskVariants bounds the encodings kept per object: policies ask a kind
+// with a few fixed mask sets; a caller that varies them gets its answers
+// encoded afresh rather than growing the cache.
+const maxMaskVariants = 4
+
+// encoded is u's JSON under mask (nil: whole), encoded at most once per
+// resourceVersion and mask set. The bytes are shared: callers must not
+// modify them.
+func (c *resourceCache) encoded(key string, u *unstructured.Unstructured, mask *fieldMask) ([]byte, error) {
 	rv := u.GetResourceVersion()
-	if e, ok := c.enc.Load(key); ok && rv != "" && e.(encodedObject).rv == rv {
-		return e.(encodedObject).b, nil
+	mk := ""
+	if mask != nil {
+		mk = mask.key
 	}
-	b, err := json.Marshal(u.Object)
+	var prev []encodedVariant
+	if e, ok := c.enc.Load(key); ok && rv != "" && e.(encodedObject).rv == rv {
+		prev = e.(encodedObject).variants
+		for _, v := range prev {
+			if v.mask == mk {
+				return v.b, nil
+			}
+		}
+	}
+	b, err := json.Marshal(mask.apply(u.Object))
 	if err != nil {
 		return nil, err
 	}
-	if rv != "" && c.state.Load() == cacheSynced {
-		c.enc.Store(key, encodedObject{rv, b})
+	if rv != "" && c.state.Load() == cacheSynced && len(prev) < maxMaskVariants {
+		variants := make([]encodedVariant, len(prev), len(prev)+1)
+		copy(variants, prev)
+		c.enc.Store(key, encodedObject{rv, append(variants, encodedVariant{mk, b})})
 	}
 	return b, nil
 }

@@ -297,3 +297,48 @@ func TestUnreachableAPIServerAnswersWithinDeadline(t *testing.T) {
 
 // noRV drops the fixtures' resourceVersion "1" from an answer.
 func noRV(s string) string { return strings.ReplaceAll(s, `,"resourceVersion":"1"`, "") }
+
+// TestMaskedAnswersFromCache: with field_masks, a cached answer (encoded once per object version
+// and mask set) is byte for byte the answer the apiserver path gives, for several mask sets of
+// the same objects, in any order of the paths, and follows an update.
+func TestMaskedAnswersFromCache(t *testing.T) {
+	k, dyn := fakeCluster(t, KubeOptions{})
+	h := New(Options{Kubernetes: k})
+	defer h.Close()
+	f, _ := h.ForPolicy("p", Allow{Resources: allResources})
+	list := func(masks, disable string) string {
+		t.Helper()
+		got, err := call(t, f, "kubernetes", "list_resources_by_namespace",
+			`{"api_version":"v1","kind":"ConfigMap","namespace":"default","disable_cache":`+disable+`,"field_masks":`+masks+`}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	list(`["data.k"]`, "false")
+	waitSynced(t, k, cmGVR)
+	for i, masks := range []string{`["data.k"]`, `["data.k2","data.k"]`, `["data.k","data.k2","data.k"]`, `["data"]`, `["metadata.name"]`, `["nothing.here"]`, `[]`, `["data.k"]`} {
+		direct := list(masks, "true")
+		for range 2 { // the first fills the variant, the second reads it
+			if cached := list(masks, "false"); cached != direct {
+				t.Fatalf("masks %s (#%d): cached\n  %s\ndirect\n  %s", masks, i, cached, direct)
+			}
+		}
+	}
+	// An update reaches every mask set's cached answer.
+	upd := obj("v1", "ConfigMap", "default", "one", map[string]string{"app": "x"}, map[string]any{"data": map[string]any{"k": "changed", "k2": "v2"}})
+	upd.SetResourceVersion("2")
+	if _, err := dyn.Resource(cmGVR).Namespace("default").Update(context.Background(), upd, metav1UpdateOptions); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(list(`["data.k"]`, "false"), `"k":"changed"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the masked cached answer did not follow the update: %s", list(`["data.k"]`, "false"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if cached, direct := list(`["data.k2","data.k"]`, "false"), list(`["data.k2","data.k"]`, "true"); cached != direct {
+		t.Fatalf("after the update: cached\n  %s\ndirect\n  %s", cached, direct)
+	}
+}

@@ -116,6 +116,21 @@ func (h Host) ListAllResources(req ListAllResourcesRequest) (ResourceList, error
 	return h.list("list_resources_all", req)
 }
 
+// ListResourcesByNamespaceRaw is ListResourcesByNamespace without decoding:
+// the List object's JSON as the host sent it, for a policy that reads only a
+// few fields of many items (with sdk/fastjson, say) and should not pay
+// encoding/json's reflection for the rest. Under TinyGo that is most of the
+// cost of a list of hundreds of objects.
+func (h Host) ListResourcesByNamespaceRaw(req ListResourcesByNamespaceRequest) (json.RawMessage, error) {
+	return h.kubernetes("list_resources_by_namespace", req)
+}
+
+// ListAllResourcesRaw is ListAllResources without decoding (see
+// ListResourcesByNamespaceRaw).
+func (h Host) ListAllResourcesRaw(req ListAllResourcesRequest) (json.RawMessage, error) {
+	return h.kubernetes("list_resources_all", req)
+}
+
 // CanI asks the host whether a user may do something, through a
 // SubjectAccessReview (the policy need not declare anything for it; the
 // server needs create on subjectaccessreviews).
