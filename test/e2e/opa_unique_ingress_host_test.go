@@ -224,7 +224,7 @@ func TestOPAUniqueIngressHost(t *testing.T) {
 		// (the policy's list_resources_all count in /metrics does not move).
 		lists := func() string {
 			t.Helper()
-			resp, err := http.Get(base + "/metrics")
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", probe))
 			if err != nil {
 				t.Fatal(err)
 			}
