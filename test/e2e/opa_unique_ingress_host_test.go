@@ -239,6 +239,18 @@ func TestOPAUniqueIngressHost(t *testing.T) {
 			t.Fatalf("no list_resources_all calls of the policy in /metrics")
 			return ""
 		}
+		// Until the Ingress cache has synced, lists go to the apiserver and the data is rebuilt
+		// each time; then it stops.
+		eventually(t, 30*time.Second, func() error {
+			before := lists()
+			for range 3 {
+				review()
+			}
+			if after := lists(); after != before {
+				return fmt.Errorf("3 reviews made %s lists after %s: the cache has not synced yet", after, before)
+			}
+			return nil
+		})
 		before := lists()
 		for range 20 {
 			if v := review(); !v.Allowed {
