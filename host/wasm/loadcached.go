@@ -13,6 +13,10 @@ import (
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 )
 
+// keyedLoadCacheDir holds the load-cache entries of LoadCached, one
+// directory per key, laid out as those of Engine.Compile (loadcache.go).
+const keyedLoadCacheDir = "tollgate-load-v1-keyed"
+
 // CompileFunc compiles code on a wazero runtime that uses cache and must
 // compile exactly code with ctx (rt.CompileModule(ctx, code)): ctx carries
 // the compilation workers and, for a stub, the cancellation that keeps the
@@ -43,7 +47,7 @@ func LoadCached[T any](ctx context.Context, e *Engine, key string, makeCode func
 		return v, nil, false, err
 	}
 	logger := e.logger.With("module", key)
-	dir := filepath.Join(e.dir, loadCacheDirName()+"-x", key)
+	dir := filepath.Join(e.dir, keyedLoadCacheDir, key)
 	mcache, err := wazero.CompilationCache(nil), os.MkdirAll(dir, 0o700)
 	if err == nil {
 		mcache, err = wazero.NewCompilationCacheWithDir(dir)
