@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func kobj(kind, ns, name string, data map[string]any) *unstructured.Unstructured
 // memCluster is the Kubernetes capability on client-go's in-memory dynamic
 // client: namespaces default and other, config maps default/one and
 // other/two, a secret default/token.
-func memCluster(t *testing.T, maxCached int) (*capabilities.Kubernetes, *dynamicfake.FakeDynamicClient) {
+func memCluster(t testing.TB, maxCached int) (*capabilities.Kubernetes, *dynamicfake.FakeDynamicClient) {
 	t.Helper()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		{Version: "v1", Resource: "namespaces"}: "NamespaceList", cmGVR: "ConfigMapList", {Version: "v1", Resource: "secrets"}: "SecretList",
@@ -215,5 +216,110 @@ func TestRegoClusterDataCache(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// ingressList is a List of n Ingresses of one host each, as the capability
+// answers it, and the objects.
+func ingresses(n int) ([]byte, []runtime.Object) {
+	var objs []runtime.Object
+	var items []json.RawMessage
+	for i := range n {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+			"metadata": map[string]any{"name": fmt.Sprintf("ing-%d", i), "namespace": fmt.Sprintf("team-%d", i%20),
+				"labels": map[string]any{"app": "web", "team": fmt.Sprintf("team-%d", i%20)}, "uid": fmt.Sprintf("uid-%d", i), "resourceVersion": "1"},
+			"spec": map[string]any{"rules": []any{map[string]any{"host": fmt.Sprintf("host-%d.example.net", i),
+				"http": map[string]any{"paths": []any{map[string]any{"path": "/", "pathType": "Prefix",
+					"backend": map[string]any{"service": map[string]any{"name": "web", "port": map[string]any{"number": int64(80)}}}}}}}}},
+		}}
+		objs = append(objs, u)
+		b, _ := json.Marshal(u.Object)
+		items = append(items, b)
+	}
+	list, _ := json.Marshal(map[string]any{"apiVersion": "networking.k8s.io/v1", "kind": "IngressList", "metadata": map[string]any{}, "items": items})
+	return list, objs
+}
+
+// BenchmarkRegoClusterData: an evaluation of the context-aware Rego example
+// (opa-unique-ingress-host) on a cluster of n Ingresses (about 500 bytes
+// each): "kept", the data built once and kept while the informer reports no
+// change (the server's case once the cache synced); "rebuilt", the Ingresses
+// listed (answered from memory by a replayed session), data.kubernetes
+// built and parsed by the guest on every evaluation (no change signal: a
+// cache not synced yet, or record and replay).
+func BenchmarkRegoClusterData(b *testing.B) {
+	const example = "examples/opa-unique-ingress-host"
+	ingress := capabilities.Resource{APIVersion: "networking.k8s.io/v1", Kind: "Ingress"}
+	ingGVR := schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"}
+	req := testfixture.File(b, example+"/testdata/ingress-web.json")
+	for _, n := range []int{10, 100, 1000} {
+		list, objs := ingresses(n)
+		for _, mode := range []string{"kept", "rebuilt"} {
+			b.Run(fmt.Sprintf("%s-%d", mode, n), func(b *testing.B) {
+				h, err := policy.NewHost(context.Background(), policy.HostOptions{CacheDir: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer h.Close(context.Background())
+				var caps *capabilities.Host
+				if mode == "kept" {
+					dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+						map[schema.GroupVersionResource]string{ingGVR: "IngressList"}, objs...)
+					mapper := meta.NewDefaultRESTMapper(nil)
+					mapper.Add(schema.GroupVersionKind{Group: "networking.k8s.io", Version: "v1", Kind: "Ingress"}, meta.RESTScopeNamespace)
+					k, err := capabilities.NewKubernetes(capabilities.KubeOptions{Dynamic: dyn, Mapper: mapper})
+					if err != nil {
+						b.Fatal(err)
+					}
+					caps = capabilities.New(capabilities.Options{Kubernetes: k})
+				} else {
+					session := "- type: Exchange\n  request: \"!KubernetesListResourceAll\\napi_version: networking.k8s.io/v1\\nkind: Ingress\\n\"\n" +
+						"  response: {type: Success, payload: '" + string(list) + "'}\n" +
+						"- type: Exchange\n  request: \"!KubernetesGetResourcePluralName\\napi_version: networking.k8s.io/v1\\nkind: Ingress\\n\"\n" +
+						"  response: {type: Success, payload: '\"ingresses\"'}\n"
+					r, err := capabilities.ParseSession("bench", []byte(session))
+					if err != nil {
+						b.Fatal(err)
+					}
+					r.Repeat()
+					caps = capabilities.New(capabilities.Options{Replay: r})
+				}
+				defer caps.Close()
+				cl := caps.Cluster("bench", []capabilities.Resource{ingress})
+				p, err := h.Load(context.Background(), policy.Spec{ID: "bench", Module: testfixture.Module(b, example), Cluster: cl, PoolSize: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close(context.Background())
+				ctx := context.Background()
+				eval := func() {
+					res, err := p.Validate(ctx, req)
+					if err != nil || !res.Response.Accepted {
+						b.Fatalf("%v %+v", err, res)
+					}
+				}
+				eval()
+				if mode == "kept" {
+					deadline := time.Now().Add(30 * time.Second)
+					for _, ok := cl.Version(ingress); !ok; _, ok = cl.Version(ingress) {
+						if time.Now().After(deadline) {
+							b.Fatal("the Ingress cache did not sync")
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					eval()
+				}
+				builds := policy.ClusterBuilds(p)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					eval()
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(len(list)), "list-bytes")
+				b.ReportMetric(float64(policy.ClusterBuilds(p)-builds)/float64(b.N), "builds/op")
+			})
+		}
 	}
 }
