@@ -48,9 +48,11 @@ func (f *capabilityFlags) register(cmd *cobra.Command) {
 }
 
 // hostCalls makes the host capabilities of the policy run or bench loads:
-// its host-call handler and a function to call when done (it finishes a
+// its host-call handler, its view of the cluster (the data of a
+// context-aware Rego policy: the granted resources, none without
+// --allow-context-aware) and a function to call when done (it finishes a
 // recording and reports replayed sessions with exchanges left over).
-func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyRegistry, logger *slog.Logger) (wasm.HostCallHandler, func() error, error) {
+func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyRegistry, logger *slog.Logger) (wasm.HostCallHandler, *capabilities.Cluster, func() error, error) {
 	var declared []metadata.ContextAwareResource
 	if md != nil {
 		declared = md.ContextAwareResources
@@ -60,7 +62,7 @@ func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyR
 	case f.allowContextAware && len(declared) == 0:
 		logger.Warn("--allow-context-aware: the policy's metadata declares no contextAwareResources; its kubernetes get and list calls will be denied")
 	case !f.allowContextAware && len(declared) > 0:
-		logger.Warn("the policy declares contextAwareResources, but --allow-context-aware is not set: its kubernetes get and list calls will be denied")
+		logger.Warn("the policy declares contextAwareResources, but --allow-context-aware is not set: its kubernetes get and list calls will be denied (a Rego policy gets no cluster data)")
 	case f.allowContextAware:
 		for _, r := range declared {
 			allow.Resources = append(allow.Resources, capabilities.Resource{APIVersion: r.APIVersion, Kind: r.Kind})
@@ -73,7 +75,7 @@ func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyR
 	var err error
 	if f.replay != "" {
 		if opts.Replay, err = capabilities.LoadSession(f.replay); err != nil {
-			return nil, nil, fmt.Errorf("--replay-host-capabilities-interactions: %w", err)
+			return nil, nil, nil, fmt.Errorf("--replay-host-capabilities-interactions: %w", err)
 		}
 		if f.repeat {
 			opts.Replay.Repeat()
@@ -81,26 +83,26 @@ func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyR
 	} else if len(allow.Resources) > 0 {
 		cfg, err := kubeclient.Config(f.kubeconfig, f.kubeContext)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--allow-context-aware: kubernetes configuration: %w", err)
+			return nil, nil, nil, fmt.Errorf("--allow-context-aware: kubernetes configuration: %w", err)
 		}
 		max := f.maxCachedObjects
 		if f.direct {
 			max = -1
 		}
 		if opts.Kubernetes, err = capabilities.NewKubernetesForConfig(cfg, capabilities.KubeOptions{MaxCachedObjects: max}); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	if f.record != "" {
 		if opts.Record, err = capabilities.NewRecorder(f.record); err != nil {
-			return nil, nil, fmt.Errorf("--record-host-capabilities-interactions: %w", err)
+			return nil, nil, nil, fmt.Errorf("--record-host-capabilities-interactions: %w", err)
 		}
 	}
 	h := capabilities.New(opts)
 	call, err := h.ForPolicy(id, allow)
 	if err != nil {
 		h.Close()
-		return nil, nil, fmt.Errorf("--allowed-host-capabilities: %w", err)
+		return nil, nil, nil, fmt.Errorf("--allowed-host-capabilities: %w", err)
 	}
 	done := func() error {
 		h.Close()
@@ -113,7 +115,7 @@ func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyR
 		}
 		return errors.Join(errs...)
 	}
-	return call, done, nil
+	return call, h.Cluster(id, allow.Resources), done, nil
 }
 
 // registryCapability answers the oci capabilities with the registry client

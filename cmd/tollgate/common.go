@@ -180,7 +180,7 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 	if isManifest {
 		settings, capsMD = manifest.apply(settings, md)
 	}
-	hostCalls, capsDone, err := caps.hostCalls(uri, capsMD, registryOf(resolver), rt.logger())
+	hostCalls, cluster, capsDone, err := caps.hostCalls(uri, capsMD, registryOf(resolver), rt.logger())
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 	p, err := h.Load(ctx, policy.Spec{
 		ID: uri, Module: m.Wasm, Settings: settings,
 		Timeout: rt.timeout, MemoryLimitBytes: rt.memoryLimit, PoolSize: poolSize,
-		HostCalls: hostCalls, ExecutionMode: in.mode,
+		HostCalls: hostCalls, ExecutionMode: in.mode, Cluster: cluster,
 		HostCallsInline: true, // host/capabilities returns by the deadline itself
 	})
 	if err != nil {

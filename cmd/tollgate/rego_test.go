@@ -112,3 +112,43 @@ func TestRegoOCIRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestRunRegoContextAware: the context-aware Rego example gets its
+// data.kubernetes from a replayed session (recorded by test/e2e against a
+// real kube-apiserver) with --allow-context-aware, and no cluster data
+// without it; bench replays the session for every evaluation; bench -e runs
+// a bare Rego module.
+func TestRunRegoContextAware(t *testing.T) {
+	mod, req := ex("opa-unique-ingress-host/policy.wasm"), ex("opa-unique-ingress-host/testdata/ingress-web.json")
+	conflict, free := ex("opa-unique-ingress-host/testdata/session-conflict.yml"), ex("opa-unique-ingress-host/testdata/session-free.yml")
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"conflict", []string{"--allow-context-aware", "--replay-host-capabilities-interactions", conflict},
+			`"allowed":false,"status":{"message":"Ingress opa-shop/web: host \"shop.example.org\" is already used by Ingress opa-team-b/storefront","code":409}`},
+		{"free", []string{"--allow-context-aware", "--replay-host-capabilities-interactions", free}, `"allowed":true`},
+		{"not allowed: no cluster data", []string{"--replay-host-capabilities-interactions", conflict}, `"allowed":true`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := tollgate(t, "", append([]string{"run", mod, "-r", req}, tt.args...)...)
+			if err != nil || !strings.Contains(out, tt.want) {
+				t.Fatalf("%v\n%s\nwant %s", err, out, tt.want)
+			}
+		})
+	}
+	out, err := tollgate(t, "", "bench", mod, "-r", req, "--allow-context-aware", "--replay-host-capabilities-interactions", conflict, "--count", "20", "--warmup", "2", "-o", "json")
+	if err != nil || !strings.Contains(out, `"p50`) {
+		t.Fatalf("bench with a replayed session: %v %s", err, out)
+	}
+	out, err = tollgate(t, "", "bench", ex("gatekeeper-allowed-registries/policy.raw.wasm"), "-e", "gatekeeper", "-r", testfixture.Path("test/testdata/reviews/pod.json"),
+		"-s", ex("gatekeeper-allowed-registries/testdata/settings.json"), "--count", "20", "--warmup", "2")
+	if err != nil || !strings.Contains(out, "p50:") {
+		t.Fatalf("bench -e gatekeeper of a bare module: %v %s", err, out)
+	}
+	if _, err := tollgate(t, "", "bench", ex("gatekeeper-allowed-registries/policy.raw.wasm"), "-r", testfixture.Path("test/testdata/reviews/pod.json"), "--count", "2"); err == nil ||
+		!strings.Contains(err.Error(), "give the execution mode") {
+		t.Fatalf("bench of a bare Rego module without -e: %v", err)
+	}
+}

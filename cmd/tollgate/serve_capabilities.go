@@ -66,6 +66,13 @@ func withCapabilities(cmd *cobra.Command, loader *server.HostLoader, so *server.
 		}
 		return h.ForPolicy(id, allow)
 	}
+	loader.Cluster = func(id string, res []config.ContextAwareResource) *capabilities.Cluster {
+		granted := make([]capabilities.Resource, 0, len(res))
+		for _, r := range res {
+			granted = append(granted, capabilities.Resource{APIVersion: r.APIVersion, Kind: r.Kind})
+		}
+		return h.Cluster(id, granted)
+	}
 	so.Metrics = append(so.Metrics, h)
 	return h.Close, nil
 }

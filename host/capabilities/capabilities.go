@@ -177,20 +177,27 @@ func (p *policyCalls) dispatch(ctx context.Context, binding, namespace, operatio
 			"resource", r.APIVersion+"/"+r.Kind)
 		return nil, "denied", errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)
 	}
-	cctx, cancel := p.h.callContext(ctx)
-	defer cancel()
-	var b backend = p.h.live
-	if p.h.o.Replay != nil {
-		b = p.h.o.Replay
-	}
-	out, err := b.answer(cctx, req)
-	if p.h.o.Record != nil {
-		p.h.o.Record.add(req, out, err)
-	}
+	out, err := p.h.answer(ctx, req)
 	if err != nil {
 		return nil, "error", errorf("Callback evaluation failure: %s", err.Error())
 	}
 	return out, "success", nil
+}
+
+// answer answers a decoded request from the live backends or the replayed
+// session, recording the exchange when recording.
+func (h *Host) answer(ctx context.Context, req *request) ([]byte, error) {
+	cctx, cancel := h.callContext(ctx)
+	defer cancel()
+	var b backend = h.live
+	if h.o.Replay != nil {
+		b = h.o.Replay
+	}
+	out, err := b.answer(cctx, req)
+	if h.o.Record != nil {
+		h.o.Record.add(req, out, err)
+	}
+	return out, err
 }
 
 // callContext bounds a backend call by the evaluation deadline, keeping a
@@ -221,6 +228,8 @@ func (l liveBackend) answer(ctx context.Context, r *request) ([]byte, error) {
 		return h.kube().listByNamespace(ctx, v)
 	case *ListAllRequest:
 		return h.kube().listAll(ctx, v)
+	case *PluralNameRequest:
+		return h.kube().pluralName(ctx, v)
 	case *CanIRequest:
 		return h.kube().canI(ctx, v)
 	case *imageRequest:

@@ -277,6 +277,40 @@ func (k *Kubernetes) listAll(ctx context.Context, r *ListAllRequest) ([]byte, er
 		r.LabelSelector, r.FieldSelector, r.DisableCache, masks(r.FieldMasks))
 }
 
+// pluralName answers KubernetesGetResourcePluralName: the resource's plural
+// name (v1/Service: services) as a JSON string, from discovery.
+func (k *Kubernetes) pluralName(ctx context.Context, r *PluralNameRequest) ([]byte, error) {
+	if k.failed != "" {
+		return nil, errors.New(k.failed)
+	}
+	mp, err := k.mapping(ctx, r.APIVersion, r.Kind)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(mp.Resource.Resource)
+}
+
+// listVersion is a number that changes whenever an object of the resource
+// is added, updated or deleted, read from its synced cache; ok is false
+// while the resource has no synced cache (not mapped yet, starting, over
+// its cap, failed, caches off): lists then go to the apiserver.
+func (k *Kubernetes) listVersion(r Resource) (v uint64, ok bool) {
+	if k.failed != "" || k.o.MaxCachedObjects < 0 {
+		return 0, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	mp, ok := k.mappings[r]
+	if !ok {
+		return 0, false
+	}
+	rc, ok := k.caches[mp.Resource]
+	if !ok || rc.state.Load() != cacheSynced {
+		return 0, false
+	}
+	return rc.changes.Load(), true
+}
+
 // cacheableFields are the field selector keys a cache answers.
 var cacheableFields = map[string]bool{"metadata.name": true, "metadata.namespace": true}
 
@@ -455,6 +489,9 @@ type resourceCache struct {
 	// retryAt is when a failed start may be tried again (unix nanoseconds).
 	retryAt atomic.Int64
 	count   atomic.Int64
+	// changes counts the informer's add, update and delete events (handlers
+	// run after the store changed): Cluster.Version.
+	changes atomic.Uint64
 	inf     atomic.Pointer[cache.SharedIndexInformer]
 	stopMu  sync.Mutex
 	stop    chan struct{}
@@ -588,11 +625,14 @@ func (c *resourceCache) start() {
 	})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) {
+			c.changes.Add(1)
 			if c.count.Add(1) > max && c.state.Load() != cacheOverCap {
 				go c.overCap(c.count.Load())
 			}
 		},
+		UpdateFunc: func(any, any) { c.changes.Add(1) },
 		DeleteFunc: func(o any) {
+			c.changes.Add(1)
 			c.count.Add(-1)
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
 				c.enc.Delete(key)

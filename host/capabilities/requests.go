@@ -45,6 +45,15 @@ type ListAllRequest struct {
 	FieldMasks    *[]string `json:"field_masks" yaml:"field_masks"`
 }
 
+// PluralNameRequest asks the plural name of a kind (tag
+// KubernetesGetResourcePluralName). It is no host call a policy makes: the
+// host asks it to build a context-aware Rego policy's data.kubernetes, and a
+// kwctl session records it after the lists (see Cluster).
+type PluralNameRequest struct {
+	APIVersion string `json:"api_version" yaml:"api_version"`
+	Kind       string `json:"kind" yaml:"kind"`
+}
+
 // CanIRequest is kubernetes/can_i (tag KubernetesCanI).
 type CanIRequest struct {
 	Request      SubjectAccessReview `json:"request" yaml:"request"`

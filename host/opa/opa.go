@@ -188,6 +188,19 @@ func (m *Module) Close(ctx context.Context) error {
 	return m.rt.Close(ctx)
 }
 
+// Data is a data document for Eval, parsed by each instance the first time
+// it is given and kept until another Data replaces it: evaluations that
+// share one Data (the cluster objects of a context-aware policy, unchanged
+// since the last evaluation) parse it once per instance. Make one per
+// document; never change its bytes.
+type Data struct{ json []byte }
+
+// NewData makes a Data of a JSON document.
+func NewData(doc []byte) *Data { return &Data{json: doc} }
+
+// Len is the document's size in bytes.
+func (d *Data) Len() int { return len(d.json) }
+
 // Eval evaluates entrypoint 0 on input (JSON) against the data document of
 // Config.Data, or against data when it is not nil, and returns the result as
 // the ABI gives it: `[{"result": value}]`, or `[]` when the entrypoint is
@@ -195,7 +208,7 @@ func (m *Module) Close(ctx context.Context) error {
 // and the evaluation. Failures wrap wasm.ErrTrap (opa_abort, a failing
 // builtin, a guest trap), wasm.ErrTimeout, wasm.ErrMemoryLimit,
 // ErrOutputLimit or ErrBadData.
-func (m *Module) Eval(ctx context.Context, timeout time.Duration, input, data []byte) ([]byte, error) {
+func (m *Module) Eval(ctx context.Context, timeout time.Duration, input []byte, data *Data) ([]byte, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -282,6 +295,10 @@ type instance struct {
 	// dataAddr is the loaded data; base the heap pointer after it, where
 	// every evaluation starts.
 	dataAddr, base uint32
+	// ext is the last Data given to Eval, parsed at extAddr above base;
+	// extHeap is the heap pointer after it (nil: none loaded).
+	ext              *Data
+	extAddr, extHeap uint32
 
 	state *evalState // the evaluation in progress (nil between evaluations)
 }
@@ -396,7 +413,7 @@ func (in *instance) readMap(ctx context.Context, fn string) (map[string]int32, e
 }
 
 // eval runs one evaluation; broken says the instance must be discarded.
-func (in *instance) eval(ctx context.Context, input, data []byte) (out []byte, broken bool, err error) {
+func (in *instance) eval(ctx context.Context, input []byte, data *Data) (out []byte, broken bool, err error) {
 	st := &evalState{ctx: ctx, now: time.Now(), logger: in.m.cfg.Logger}
 	in.state = st
 	defer func() { in.state = nil }()
@@ -425,15 +442,19 @@ func (b *badDocument) Error() string {
 
 func (b *badDocument) Unwrap() error { return ErrBadData }
 
-func (in *instance) evalSteps(ctx context.Context, input, data []byte) ([]byte, error) {
+func (in *instance) evalSteps(ctx context.Context, input []byte, data *Data) ([]byte, error) {
 	dataAddr, heap := in.dataAddr, in.base
-	if data != nil {
+	if data != nil && data == in.ext {
+		dataAddr, heap = in.extAddr, in.extHeap // parsed by an earlier evaluation
+	} else if data != nil {
 		// A data document for this evaluation: loaded after the instance's
-		// own, which the next evaluation may use again.
+		// own, which the next evaluation may use again, and kept for the
+		// next evaluations given the same Data.
+		in.ext = nil
 		if _, err := in.heapSet.Call(ctx, uint64(in.base)); err != nil {
 			return nil, err
 		}
-		addr, err := in.loadJSON(ctx, data)
+		addr, err := in.loadJSON(ctx, data.json)
 		if err != nil {
 			return nil, err
 		}
@@ -442,6 +463,7 @@ func (in *instance) evalSteps(ctx context.Context, input, data []byte) ([]byte, 
 			return nil, err
 		}
 		dataAddr, heap = addr, h
+		in.ext, in.extAddr, in.extHeap = data, addr, h
 	}
 	if in.opaEval != nil {
 		// ABI 1.2: input written at the heap pointer, one call.

@@ -120,14 +120,26 @@ func TestOPAExampleData(t *testing.T) {
 func TestDataPerEvaluation(t *testing.T) {
 	m := compile(t, opaExample, opa.Config{Data: []byte(`{"labels":["owner"]}`)})
 	input := []byte(`{"request":` + string(testfixture.File(t, opaExample+"/testdata/pod-missing-owner.json")) + `}`)
+	team, owner := opa.NewData([]byte(`{"labels":["team"]}`)), opa.NewData([]byte(`{"labels":["team","owner"]}`))
 	for range 3 {
-		out, err := m.Eval(context.Background(), time.Second, input, []byte(`{"labels":["team"]}`))
-		if err != nil || !strings.Contains(string(out), `"allowed":true`) {
-			t.Fatalf("with data: %s, %v", out, err)
+		// The same Data twice (parsed once, reused), another Data, none.
+		for _, d := range []*opa.Data{team, team, owner, nil, team} {
+			out, err := m.Eval(context.Background(), time.Second, input, d)
+			want := `"allowed":false` // the loaded data and owner require the missing label
+			if d == team {
+				want = `"allowed":true`
+			}
+			if err != nil || !strings.Contains(string(out), want) {
+				t.Fatalf("with data %v: %s, %v; want %s", d, out, err, want)
+			}
 		}
-		if out := eval(t, m, string(input)); !strings.Contains(out, `"allowed":false`) {
-			t.Fatalf("loaded data: %s", out)
-		}
+	}
+	// A document the module's parser refuses is an error of that evaluation.
+	if _, err := m.Eval(context.Background(), time.Second, input, opa.NewData([]byte(`{"labels":`))); !errors.Is(err, opa.ErrBadData) {
+		t.Fatalf("bad data: %v, want ErrBadData", err)
+	}
+	if out := eval(t, m, string(input)); !strings.Contains(out, `"allowed":false`) {
+		t.Fatalf("after bad data: %s", out)
 	}
 }
 

@@ -21,6 +21,8 @@ import (
 type regoPolicy struct {
 	mod  *opa.Module
 	mode string // metadata.ExecutionModeOPA or metadata.ExecutionModeGatekeeper
+	// cluster builds the data of a context-aware policy (nil: none).
+	cluster *clusterData
 }
 
 // loadRego loads a policy of executionMode opa or gatekeeper (host/opa): a
@@ -44,6 +46,12 @@ func (h *Host) loadRego(ctx context.Context, p *Policy, s Spec, mode string) (*P
 		return nil, fmt.Errorf("policy %s: executionMode %s: %w", s.ID, mode, err)
 	}
 	p.rego = &regoPolicy{mod: mod, mode: mode}
+	if s.Cluster != nil && len(s.Cluster.Resources()) > 0 {
+		if p.rego.cluster, err = newClusterData(s.Cluster, mode, p.settings); err != nil {
+			_ = mod.Close(ctx)
+			return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+		}
+	}
 	if p.digest == "" {
 		p.digest = wasm.Digest(s.Module)
 	}
@@ -54,6 +62,7 @@ func (h *Host) loadRego(ctx context.Context, p *Policy, s Spec, mode string) (*P
 const (
 	msgGatekeeperRaw = "Gatekeeper does not support raw validation requests"
 	msgOPANoResult   = "cannot interpret OPA policy result"
+	msgClusterData   = "cannot build the Kubernetes context of the policy"
 )
 
 // evaluateRego evaluates a request with a Rego policy, shaping input and
@@ -80,8 +89,25 @@ func (p *Policy) evaluateRego(ctx context.Context, request []byte, raw bool) (*R
 		input = appendCompact(input, request)
 		input = append(input, '}')
 	}
+	var data *opa.Data
+	timeout := p.timeout
+	if p.rego.cluster != nil {
+		// The lists and the guest share the evaluation's deadline.
+		deadline := start.Add(p.timeout)
+		dctx, cancel := context.WithDeadline(ctx, deadline)
+		var err error
+		data, err = p.rego.cluster.data(dctx)
+		cancel()
+		if err != nil {
+			p.logger.Error("cannot build the Kubernetes data of a context-aware Rego policy", "error", err)
+			return rejected(start, msgClusterData+": "+err.Error(), 500), nil
+		}
+		if timeout = time.Until(deadline); timeout <= 0 {
+			return nil, fmt.Errorf("policy %s: %w after %s: building the Kubernetes data took the whole evaluation time", p.id, wasm.ErrTimeout, p.timeout)
+		}
+	}
 	callStart := time.Now()
-	out, err := p.rego.mod.Eval(ctx, p.timeout, input, nil)
+	out, err := p.rego.mod.Eval(ctx, timeout, input, data)
 	guest := time.Since(callStart)
 	if err != nil {
 		if errors.Is(err, opa.ErrOutputLimit) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/capabilities"
 	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/wasi"
 	"github.com/tollgate-dev/tollgate/host/wasm"
@@ -132,6 +133,13 @@ type Spec struct {
 	// ExecutionMode is the mode asked for (run/bench -e), "" to follow the
 	// module's metadata; see SelectMode.
 	ExecutionMode string
+	// Cluster gives a Rego policy (executionMode opa or gatekeeper) the
+	// objects of the Kubernetes resources it is granted
+	// (contextAwareResources), which the host puts in its data before each
+	// evaluation: data.kubernetes (opa) or data.inventory (gatekeeper). Nil,
+	// or no resource granted: no cluster data. Other modes ignore it (their
+	// modules ask through HostCalls).
+	Cluster *capabilities.Cluster
 }
 
 // Policy is a loaded policy, safe for concurrent evaluations.

@@ -24,6 +24,7 @@ func (h *Host) loadWasi(ctx context.Context, p *Policy, s Spec) (*Policy, error)
 	mod, err := wasi.Compile(ctx, h.engine.CompilationCache(), s.Module, wasi.Config{
 		MemoryLimitBytes: s.MemoryLimitBytes, MaxOutputBytes: p.maxResp,
 		AheadArgs: []string{"validate"}, Ahead: ahead,
+		Engine: h.engine, Digest: s.Digest,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)

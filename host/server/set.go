@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/capabilities"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/server/status"
@@ -56,12 +57,28 @@ type HostLoader struct {
 	// (nil when not given) (host/capabilities); an error fails that policy's
 	// load. Nil: policies' host calls (but logging) get an error.
 	HostCalls HostCallsFunc
+	// Cluster, when set, makes the view of the cluster of each policy (and
+	// group member) from the resources its entry declares: a context-aware
+	// Rego policy's data (policy.Spec.Cluster). Nil: Rego policies get no
+	// cluster data.
+	Cluster ClusterFunc
 }
+
+// ClusterFunc makes a policy's view of the cluster (see HostLoader.Cluster).
+type ClusterFunc func(id string, resources []config.ContextAwareResource) *capabilities.Cluster
 
 // HostCallsFunc makes a policy's host-call handler (see HostLoader.HostCalls).
 // Its handlers must return by their context's deadline: they run inline on
 // the guest's goroutine (policy.Spec.HostCallsInline).
 type HostCallsFunc func(id string, resources []config.ContextAwareResource, hostCapabilities []string) (wasm.HostCallHandler, error)
+
+// clusterOf is the loader's cluster view maker, nil when it has none.
+func clusterOf(l Loader) ClusterFunc {
+	if hl, ok := l.(*HostLoader); ok {
+		return hl.Cluster
+	}
+	return nil
+}
 
 // hostCallsOf is the loader's host-call maker, nil when it has none.
 func hostCallsOf(l Loader) HostCallsFunc {
@@ -329,6 +346,9 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			if hc := hostCallsOf(l); hc != nil {
 				spec.HostCalls, err = hc(u.id, car, caps)
 				spec.HostCallsInline = true // HostCallsFunc's handlers return by the deadline
+			}
+			if cf := clusterOf(l); cf != nil && len(car) > 0 {
+				spec.Cluster = cf(u.id, car)
 			}
 			var ev Evaluator
 			if err == nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,18 +51,33 @@ type Config struct {
 	// argv [Argv0, AheadArgs...]. Zero Ahead starts every instance on demand.
 	AheadArgs []string
 	Ahead     int
+	// Engine, when set with a cache directory, compiles the module through
+	// its load cache (wasm.LoadCached): a warm load compiles a stub of the
+	// module from the cache instead of decoding and validating all its code.
+	// Digest is the module's sha256 digest then ("sha256:<hex>", computed
+	// when empty).
+	Engine *wasm.Engine
+	Digest string
 }
+
+// loadCacheVersion names the load-cache entries of WASI modules: bump it
+// when what Compile makes of a module (the data merging) changes.
+const loadCacheVersion = "wasi-v1-m4096"
 
 // Module is a compiled WASI command. It is safe for concurrent use.
 type Module struct {
-	rt     wazero.Runtime
-	cm     wazero.CompiledModule
-	base   wazero.ModuleConfig
-	cfg    Config
-	ctx    context.Context // cancelled by Close: stops instances started ahead
-	cancel context.CancelFunc
-	ahead  chan *session
-	wg     sync.WaitGroup
+	rt wazero.Runtime
+	cm wazero.CompiledModule
+	// cache is the module's load-cache entry (nil: none), closed with it;
+	// stubbed: it was loaded from there (wasm.LoadCached).
+	cache   wazero.CompilationCache
+	stubbed bool
+	base    wazero.ModuleConfig
+	cfg     Config
+	ctx     context.Context // cancelled by Close: stops instances started ahead
+	cancel  context.CancelFunc
+	ahead   chan *session
+	wg      sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
@@ -89,16 +105,63 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	// A standard-Go module has tens of thousands of data segments, which
 	// wazero applies one by one at every instantiation: merged, they cost one
 	// copy (see wasmbin.MergeData and RATIONALE.md).
-	if merged, ok, err := wasmbin.MergeData(code, mergeGap); err == nil && ok {
-		code = merged
+	merge := func() ([]byte, error) {
+		if merged, ok, err := wasmbin.MergeData(code, mergeGap); err == nil && ok {
+			return merged, nil
+		}
+		return code, nil
 	}
+	rctx := context.WithoutCancel(ctx)
+	var c compiled
+	var mcache wazero.CompilationCache
+	var stubbed bool
+	if cfg.Engine != nil {
+		digest := cfg.Digest
+		if digest == "" {
+			digest = wasm.Digest(code)
+		}
+		key := loadCacheVersion + "-" + strings.TrimPrefix(digest, "sha256:")
+		c, mcache, stubbed, err = wasm.LoadCached(ctx, cfg.Engine, key, merge, compileCommand)
+	} else {
+		merged, _ := merge()
+		c, _, err = compileCommand(ctx, merged, cache)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rt, cm := c.rt, c.cm
+	m := &Module{
+		rt: rt, cm: cm, cfg: cfg, cache: mcache, stubbed: stubbed,
+		base: wazero.NewModuleConfig().WithName("").
+			WithSysWalltime().WithSysNanotime().WithSysNanosleep().WithRandSource(rand.Reader),
+	}
+	m.ctx, m.cancel = context.WithCancel(rctx)
+	if cfg.Ahead > 0 {
+		m.ahead = make(chan *session, cfg.Ahead)
+		for range cfg.Ahead {
+			m.ahead <- m.start(cfg.AheadArgs)
+		}
+	}
+	return m, nil
+}
+
+// compiled is a runtime with the WASI and host imports and the command
+// compiled on it.
+type compiled struct {
+	rt wazero.Runtime
+	cm wazero.CompiledModule
+}
+
+// compileCommand compiles code on a new runtime using cache (a
+// wasm.CompileFunc).
+func compileCommand(ctx context.Context, code []byte, cache wazero.CompilationCache) (compiled, func(), error) {
 	rctx := context.WithoutCancel(ctx)
 	rt := wazero.NewRuntimeWithConfig(rctx, wazero.NewRuntimeConfigCompiler().
 		WithCompilationCache(cache).
 		WithCloseOnContextDone(true))
-	fail := func(err error) (*Module, error) {
+	fail := func(err error) (compiled, func(), error) {
 		_ = rt.Close(rctx)
-		return nil, err
+		return compiled{}, nil, err
 	}
 	if _, err := wasi_snapshot_preview1.Instantiate(rctx, rt); err != nil {
 		return fail(err)
@@ -117,20 +180,12 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", wasm.ErrCompile, err))
 	}
-	m := &Module{
-		rt: rt, cm: cm, cfg: cfg,
-		base: wazero.NewModuleConfig().WithName("").
-			WithSysWalltime().WithSysNanotime().WithSysNanosleep().WithRandSource(rand.Reader),
-	}
-	m.ctx, m.cancel = context.WithCancel(rctx)
-	if cfg.Ahead > 0 {
-		m.ahead = make(chan *session, cfg.Ahead)
-		for range cfg.Ahead {
-			m.ahead <- m.start(cfg.AheadArgs)
-		}
-	}
-	return m, nil
+	return compiled{rt, cm}, func() { _ = rt.Close(rctx) }, nil
 }
+
+// FromLoadCache reports whether the module was loaded from its load-cache
+// entry (its stub compiled from the cache only) rather than compiled.
+func (m *Module) FromLoadCache() bool { return m.stubbed }
 
 // Close stops the instances started ahead and releases the module.
 func (m *Module) Close(ctx context.Context) error {
@@ -143,7 +198,11 @@ func (m *Module) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	m.cancel()
 	m.wg.Wait()
-	return m.rt.Close(ctx)
+	err := m.rt.Close(ctx)
+	if m.cache != nil {
+		_ = m.cache.Close(ctx)
+	}
+	return err
 }
 
 // Result is how one invocation ended.
