@@ -80,6 +80,91 @@ func checkWalk(t testing.TB, data []byte) {
 	if got := toAny(t, v); !reflect.DeepEqual(got, want) {
 		t.Fatalf("walk of %q:\n got %#v\nwant %#v", data, got, want)
 	}
+	checkLookups(t, v, want, 0)
+	if got := iterAny(t, v); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Iter walk of %q:\n got %#v\nwant %#v", data, got, want)
+	}
+	// A Parser reused across every document of the test (its index full of
+	// the previous documents' entries) walks to the same value.
+	rv, err := reused.Parse(data)
+	if err != nil {
+		t.Fatalf("Parser.Parse(%q): %v, Parse succeeded", data, err)
+	}
+	if got := toAny(t, rv); !reflect.DeepEqual(got, want) {
+		t.Fatalf("walk of %q with a reused Parser:\n got %#v\nwant %#v", data, got, want)
+	}
+}
+
+// iterAny is toAny with Iter in place of ForEach and ForEachMember.
+func iterAny(t testing.TB, v Value) any {
+	switch v.Kind() {
+	case Object:
+		m := map[string]any{}
+		for it := v.Iter(); it.Next(); {
+			s, ok := it.Key().Str()
+			if !ok {
+				t.Fatalf("key %s is not a string", it.Key().Raw())
+			}
+			m[s] = iterAny(t, it.Value())
+		}
+		return m
+	case Array:
+		l := []any{}
+		for it := v.Iter(); it.Next(); {
+			if it.Key().Exists() {
+				t.Fatalf("an array element has a key")
+			}
+			l = append(l, iterAny(t, it.Value()))
+		}
+		return l
+	}
+	it := v.Iter()
+	if it.Next() {
+		t.Fatalf("Iter of a %v walks", v.Kind())
+	}
+	return toAny(t, v)
+}
+
+// reused is the Parser checkWalk parses every document with, one after the
+// other.
+var reused Parser
+
+// checkLookups checks Get and Index against the decoded value, at every level:
+// Get of each key is the last member of that name, Index of each position is
+// that element, and out-of-range or absent lookups are missing. It goes 16
+// levels deep (each level compares whole subtrees).
+func checkLookups(t testing.TB, v Value, want any, depth int) {
+	t.Helper()
+	if depth > 16 {
+		return
+	}
+	switch w := want.(type) {
+	case map[string]any:
+		for k, wv := range w {
+			got := v.Get(k)
+			if !got.Exists() {
+				t.Fatalf("Get(%q) of %s is missing", k, v.Raw())
+			}
+			if g := toAny(t, got); !reflect.DeepEqual(g, wv) {
+				t.Fatalf("Get(%q) of %s = %#v, want %#v", k, v.Raw(), g, wv)
+			}
+			checkLookups(t, got, wv, depth+1)
+		}
+		if v.Get("\x00no such key").Exists() || v.Index(0).Exists() {
+			t.Fatalf("absent lookups of object %s exist", v.Raw())
+		}
+	case []any:
+		for i, wv := range w {
+			got := v.Index(i)
+			if g := toAny(t, got); !reflect.DeepEqual(g, wv) {
+				t.Fatalf("Index(%d) of %s = %#v, want %#v", i, v.Raw(), g, wv)
+			}
+			checkLookups(t, got, wv, depth+1)
+		}
+		if v.Index(len(w)).Exists() || v.Index(-1).Exists() || v.Get("a").Exists() {
+			t.Fatalf("out-of-range lookups of array %s exist", v.Raw())
+		}
+	}
 }
 
 func mustParse(t testing.TB, data []byte) Value {

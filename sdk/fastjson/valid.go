@@ -17,7 +17,7 @@ func Valid(data []byte) bool {
 func validValue(b []byte, ends []int32, i, depth int) (int, bool) {
 	end, ok := validValue1(b, ends, i, depth)
 	if ok && ends != nil {
-		ends[i] = int32(end)
+		ends[i] = int32(end - i)
 	}
 	return end, ok
 }
@@ -44,7 +44,7 @@ func validValue1(b []byte, ends []int32, i, depth int) (int, bool) {
 				return 0, false
 			}
 			if ends != nil {
-				ends[i] = int32(end)
+				ends[i] = int32(end - i)
 			}
 			i = skipWS(b, end)
 			if i >= len(b) || b[i] != ':' {

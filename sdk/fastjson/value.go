@@ -30,8 +30,12 @@ type Value struct {
 }
 
 // document is the parsed bytes and their index: for every offset where a
-// value (or key) starts, the offset where it ends, so that skipping a value
-// of any size is one lookup.
+// value (or key) starts, the length of that value, so that skipping a value
+// of any size is one lookup. Lengths rather than end offsets: TinyGo's
+// garbage collector is conservative and scans this index, and end offsets
+// of a large document look like pointers into the guest's heap (keeping
+// garbage alive and the heap growing: 60 MB for a list of 1,000 Ingresses);
+// most lengths are far below the heap's start.
 type document struct {
 	b    []byte
 	ends []int32
@@ -45,7 +49,32 @@ var ErrSyntax = errors.New("fastjson: invalid JSON")
 // index takes four bytes per byte of data; data must not change while its
 // Values are in use.
 func Parse(data []byte) (Value, error) {
-	d := &document{b: data, ends: make([]int32, len(data))}
+	return parse(&document{b: data, ends: make([]int32, len(data))})
+}
+
+// Parser parses documents one after the other into the same index, grown as
+// needed and never freed: a policy that parses a large document (a list of
+// a thousand objects from a host call) on every evaluation allocates its
+// index once instead of on every call, which keeps a TinyGo guest's heap,
+// and so its linear memory, from growing with the garbage. The Values of a
+// document are valid until the Parser's next Parse. The zero Parser is
+// ready to use; a Parser must not be used by two goroutines at once.
+type Parser struct {
+	ends []int32
+}
+
+// Parse is Parse with p's index.
+func (p *Parser) Parse(data []byte) (Value, error) {
+	if cap(p.ends) < len(data) {
+		p.ends = make([]int32, len(data))
+	}
+	// Stale entries need no clearing: the index is read only where the
+	// validation that fills it found a value or a key.
+	return parse(&document{b: data, ends: p.ends[:len(data)]})
+}
+
+func parse(d *document) (Value, error) {
+	data := d.b
 	s := skipWS(data, 0)
 	e, ok := validValue(data, d.ends, s, 0)
 	if !ok || skipWS(data, e) != len(data) || len(data) > math.MaxInt32 {
@@ -99,29 +128,111 @@ func (v Value) Get(keys ...string) Value {
 	return v
 }
 
-// member is the value of the last member of object v named key.
+// member is the value of the last member of object v named key. Like Index,
+// it walks the index directly rather than through ForEachMember's callback:
+// TinyGo allocates a closure that captures a result on every call, and a
+// policy calls these for every field it reads.
 func (v Value) member(key string) Value {
 	var found Value
-	v.ForEachMember(func(k, val Value) bool {
-		if k.Equals(key) {
-			found = val
+	if v.Kind() != Object {
+		return found
+	}
+	b, ends := v.d.b, v.d.ends
+	i := skipWS(b, v.s+1)
+	for b[i] == '"' {
+		kend := i + int(ends[i])
+		vs := skipWS(b, skipWS(b, kend)+1) // after the ':'
+		ve := vs + int(ends[vs])
+		if (Value{d: v.d, s: i, e: kend}).Equals(key) {
+			found = Value{d: v.d, s: vs, e: ve}
 		}
-		return true
-	})
+		i = skipWS(b, ve)
+		if b[i] == ',' {
+			i = skipWS(b, i+1)
+		}
+	}
 	return found
 }
 
+// Iter walks the elements of an array or the members of an object in a
+// plain loop, without ForEach's callback (TinyGo allocates a closure that
+// captures variables on every call: for a list of a thousand items, once per
+// item):
+//
+//	for it := v.Iter(); it.Next(); {
+//		elem := it.Value() // it.Key() too for an object's member
+//	}
+type Iter struct {
+	d      *document
+	i      int  // where the next element or member starts
+	close  byte // ']' or '}'; 0 when there is nothing to walk
+	key, v Value
+}
+
+// Iter starts a walk of array or object v; for other kinds Next is false at
+// once.
+func (v Value) Iter() Iter {
+	switch v.Kind() {
+	case Array:
+		return Iter{d: v.d, i: skipWS(v.d.b, v.s+1), close: ']'}
+	case Object:
+		return Iter{d: v.d, i: skipWS(v.d.b, v.s+1), close: '}'}
+	}
+	return Iter{}
+}
+
+// Next moves to the next element or member and reports whether there is
+// one.
+func (it *Iter) Next() bool {
+	if it.close == 0 {
+		return false
+	}
+	b, ends := it.d.b, it.d.ends
+	i := it.i
+	if b[i] == it.close {
+		it.close = 0
+		it.key, it.v = Value{}, Value{}
+		return false
+	}
+	if it.close == '}' {
+		kend := i + int(ends[i])
+		it.key = Value{d: it.d, s: i, e: kend}
+		i = skipWS(b, skipWS(b, kend)+1) // after the ':'
+	}
+	end := i + int(ends[i])
+	it.v = Value{d: it.d, s: i, e: end}
+	i = skipWS(b, end)
+	if b[i] == ',' {
+		i = skipWS(b, i+1)
+	}
+	it.i = i
+	return true
+}
+
+// Value is the current element, or the current member's value.
+func (it *Iter) Value() Value { return it.v }
+
+// Key is the current member's key (a String value); missing in an array.
+func (it *Iter) Key() Value { return it.key }
+
 // Index is the i-th element of array v (missing when out of range).
 func (v Value) Index(i int) Value {
-	var found Value
-	v.ForEach(func(j int, elem Value) bool {
-		if j == i {
-			found = elem
-			return false
+	if v.Kind() != Array || i < 0 {
+		return Value{}
+	}
+	b, ends := v.d.b, v.d.ends
+	j := skipWS(b, v.s+1)
+	for n := 0; b[j] != ']'; n++ {
+		end := j + int(ends[j])
+		if n == i {
+			return Value{d: v.d, s: j, e: end}
 		}
-		return true
-	})
-	return found
+		j = skipWS(b, end)
+		if b[j] == ',' {
+			j = skipWS(b, j+1)
+		}
+	}
+	return Value{}
 }
 
 // Len is the number of elements of an array or members of an object
@@ -146,7 +257,7 @@ func (v Value) ForEach(fn func(i int, elem Value) bool) {
 	b, ends := v.d.b, v.d.ends
 	i := skipWS(b, v.s+1)
 	for n := 0; b[i] != ']'; n++ {
-		end := int(ends[i])
+		end := i + int(ends[i])
 		if !fn(n, Value{d: v.d, s: i, e: end}) {
 			return
 		}
@@ -167,9 +278,9 @@ func (v Value) ForEachMember(fn func(key, val Value) bool) {
 	b, ends := v.d.b, v.d.ends
 	i := skipWS(b, v.s+1)
 	for b[i] == '"' {
-		kend := int(ends[i])
+		kend := i + int(ends[i])
 		vs := skipWS(b, skipWS(b, kend)+1) // after the ':'
-		ve := int(ends[vs])
+		ve := vs + int(ends[vs])
 		if !fn(Value{d: v.d, s: i, e: kend}, Value{d: v.d, s: vs, e: ve}) {
 			return
 		}
