@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -31,12 +32,16 @@ type Runner interface {
 
 // Engine names, in the order tables print them.
 const (
-	Wazero         = "wazero"
-	TollgateGuest  = "tollgate-guest"
-	Tollgate       = "tollgate"
-	Wasmtime       = "wasmtime"
-	WasmtimeFresh  = "wasmtime-fresh"
-	defaultTimeout = 2 // seconds, host/policy's DefaultTimeout
+	Wazero        = "wazero"
+	TollgateGuest = "tollgate-guest"
+	Tollgate      = "tollgate"
+	Wasmtime      = "wasmtime"
+	WasmtimeFresh = "wasmtime-fresh"
+	// WazeroInstrumented is plain wazero on the module as host/wasm
+	// instruments it (wasmbin.Instrument), not in Engines: it splits
+	// tollgate-guest/wazero into the interrupt check and the rest of the call path.
+	WazeroInstrumented = "wazero-instrumented"
+	defaultTimeout     = 2 // seconds, host/policy's DefaultTimeout
 )
 
 // Engines lists every engine compared.
@@ -50,6 +55,14 @@ func New(ctx context.Context, engine string, m *Loaded, cacheDir string) (Runner
 	switch engine {
 	case Wazero:
 		r, err = newWazero(ctx, m, filepath.Join(cacheDir, "wazero"))
+	case WazeroInstrumented:
+		code, _, ierr := wasmbin.Instrument(m.Wasm)
+		if ierr != nil {
+			return nil, ierr
+		}
+		mi := *m
+		mi.Wasm = code
+		r, err = newWazero(ctx, &mi, filepath.Join(cacheDir, "wazero"))
 	case TollgateGuest:
 		r, err = newTollgateGuest(ctx, m, filepath.Join(cacheDir, "tollgate"))
 	case Tollgate:

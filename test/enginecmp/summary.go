@@ -76,14 +76,23 @@ func Measure(ctx context.Context, m *Loaded, req *Request, engines []string, cac
 
 // Print writes the table of p50s and the ratios issue 15 asks for.
 func Print(w io.Writer, results []*Result) {
+	var cols []string
+	for _, e := range append(Engines[:len(Engines):len(Engines)], WazeroInstrumented) {
+		for _, r := range results {
+			if _, ok := r.Samples[e]; ok {
+				cols = append(cols, e)
+				break
+			}
+		}
+	}
 	fmt.Fprintf(w, "p50 (p90) per validate call, us; interleaved rounds\n")
 	fmt.Fprintf(w, "%-26s %6s", "module", "rounds")
-	for _, e := range Engines {
+	for _, e := range cols {
 		fmt.Fprintf(w, " %18s", e)
 	}
 	fmt.Fprintf(w, " | %14s %15s %15s %17s %12s\n", "tollgate-guest/", "tollgate/", "tollgate-guest/", "wasmtime-fresh/", "host share")
 	fmt.Fprintf(w, "%-26s %6s", "", "")
-	for range Engines {
+	for range cols {
 		fmt.Fprintf(w, " %18s", "")
 	}
 	fmt.Fprintf(w, " | %14s %15s %15s %17s %12s\n", "wazero", "wasmtime", "wasmtime", "tollgate", "of tollgate")
@@ -94,7 +103,7 @@ func Print(w io.Writer, results []*Result) {
 		}
 		fmt.Fprintf(w, "%-26s %6d", r.Module, n)
 		p50 := map[string]time.Duration{}
-		for _, e := range Engines {
+		for _, e := range cols {
 			s, ok := r.Samples[e]
 			if !ok {
 				fmt.Fprintf(w, " %18s", "-")

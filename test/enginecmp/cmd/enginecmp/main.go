@@ -25,10 +25,12 @@ func main() {
 	big := flag.Bool("big", enginecmp.BigModules(), "also the 66 MB MutatingAdmissionPolicy module (compiling it under wasmtime and plain wazero the first time takes minutes)")
 	only := flag.String("only", "", "comma-separated module names")
 	review := flag.String("review", enginecmp.BenchReview, "the AdmissionReview sent (repository-relative)")
+	engines := flag.String("engines", strings.Join(enginecmp.Engines, ","), "comma-separated engines")
 	cacheDir := flag.String("cache-dir", enginecmp.DefaultCacheDir(), "compiled code of every engine")
 	flag.Parse()
 
 	ctx := context.Background()
+	fmt.Printf("request %s; at the start: %s\n", *review, loadavg())
 	var results []*enginecmp.Result
 	for _, m := range enginecmp.Modules {
 		if (m.Big && !*big) || (*only != "" && !contains(*only, m.Name)) {
@@ -42,13 +44,13 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		r, err := enginecmp.Measure(ctx, l, req, enginecmp.Engines, *cacheDir, *warm, *rounds, *budget)
+		r, err := enginecmp.Measure(ctx, l, req, strings.Split(*engines, ","), *cacheDir, *warm, *rounds, *budget)
 		if err != nil {
 			fail(err)
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("request %s; %s\n", *review, loadavg())
+	fmt.Printf("at the end: %s\n", loadavg())
 	enginecmp.Print(os.Stdout, results)
 }
 
