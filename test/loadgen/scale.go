@@ -96,6 +96,7 @@ func scale(args []string) error {
 	warmRuns := fs.Int("warm", 3, "warm starts")
 	cacheDir := fs.String("cache-dir", "", "compilation cache (default: a new temporary directory, so the first start is cold)")
 	extra := fs.String("serve-args", "", "extra arguments for tollgate serve, space-separated")
+	hold := fs.Duration("hold", 0, "keep the last warm server running this long (its PID printed), to inspect it")
 	only := fs.String("only", "", "comma-separated policy id prefixes to keep (labels, caps, registries, map, gk)")
 	fs.Parse(args)
 
@@ -203,6 +204,10 @@ func scale(args []string) error {
 		}
 		warm = append(warm, d)
 		fmt.Printf("start-up to ready, warm cache, run %d: %v; after start-up: %s\n", i+1, d.Round(time.Millisecond), mem(p))
+		if i == *warmRuns-1 && *hold > 0 {
+			fmt.Printf("holding PID %d for %v\n", p.cmd.Process.Pid, *hold)
+			time.Sleep(*hold)
+		}
 		p.stop()
 	}
 	fmt.Printf("load average at the end %s\n", loadAvg())
