@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe
+.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-engines bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -87,6 +87,16 @@ e2e: policies build
 
 bench: policies
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	@$(MAKE) --no-print-directory bench-engines
+
+# bench-engines runs the same modules on the same 5 KB Pod on plain wazero, tollgate (the guest call
+# and the whole evaluation), wasmtime with an instance reused and wasmtime with a fresh instance per
+# request (test/enginecmp, a module of its own: wasmtime-go needs cgo), then prints the p50s measured
+# in interleaved rounds and their ratios. ENGINECMP_BIG=1 adds the 66 MB MutatingAdmissionPolicy
+# module (its first compile under wasmtime and plain wazero takes minutes; compiled code is kept in
+# $$XDG_CACHE_HOME/tollgate/enginecmp, or ENGINECMP_CACHE).
+bench-engines: policies
+	cd test/enginecmp && $(GO) test -run '^$$' -bench . -benchtime 2s . && $(GO) run ./cmd/enginecmp
 
 # bench-server measures `tollgate serve` against a native Go ceiling on loopback (about 5 minutes;
 # run it on an otherwise idle machine). Numbers go to docs/benchmarks.md by hand.

@@ -2,6 +2,7 @@
 //
 //	loadgen suite -tollgate bin/tollgate [-duration 20s]   all scenarios, a Markdown report on stdout
 //	loadgen rounds -tollgate bin/tollgate [-rounds 10 -round 10s]  successive closed-loop rounds on one server (does throughput decay?)
+//	loadgen scale -tollgate bin/tollgate [-requests 20]     50 policies (TinyGo, standard Go, built-ins): start-up cold and warm, RSS
 //	loadgen native -port N -cert-file F -key-file F         the native Go ceiling server
 //
 // The suite starts each server as its own process (so its peak RSS is its
@@ -39,7 +40,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen suite|rounds|native [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen suite|rounds|scale|native [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -50,6 +51,8 @@ func main() {
 		err = native(os.Args[2:])
 	case "rounds":
 		err = rounds(os.Args[2:])
+	case "scale":
+		err = scale(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
