@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	mutationsunversioned "github.com/open-policy-agent/gatekeeper/v3/apis/mutations/unversioned"
 	mutationsv1 "github.com/open-policy-agent/gatekeeper/v3/apis/mutations/v1"
@@ -33,6 +34,7 @@ import (
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -147,6 +149,11 @@ func gatekeeperCRDDir() (string, error) {
 	}
 	return filepath.Join(out, "manifest_staging", "charts", "gatekeeper", "crds"), nil
 }
+
+// Gatekeeper's mutators log through controller-runtime's logger (an invalid
+// label selector, for one); without a sink controller-runtime prints a stack
+// trace after 30 seconds of use.
+func init() { ctrllog.SetLogger(logr.Discard()) }
 
 // Reference is Gatekeeper's mutation system loaded with one settings object.
 type Reference struct {

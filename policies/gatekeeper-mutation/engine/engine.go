@@ -151,7 +151,8 @@ func (s *System) Conflicting() []string {
 	return out
 }
 
-// object accessors, as k8s.io/apimachinery's Unstructured reads them.
+// object accessors, as k8s.io/apimachinery's Unstructured reads them
+// (v0.36: GetLabels coerces null values to "").
 
 func nestedString(obj *jsonv.Value, keys ...string) string {
 	v := obj
@@ -172,10 +173,16 @@ func stringMap(obj *jsonv.Value, keys ...string) map[string]string {
 	}
 	m := make(map[string]string, len(v.O.Keys))
 	for i, k := range v.O.Keys {
-		if v.O.Vals[i].K != jsonv.String {
+		// NestedNullCoercingStringMap (what GetLabels reads with): a null
+		// value is "", any other non-string voids the map.
+		switch v.O.Vals[i].K {
+		case jsonv.String:
+			m[k] = v.O.Vals[i].S
+		case jsonv.Null:
+			m[k] = ""
+		default:
 			return nil
 		}
-		m[k] = v.O.Vals[i].S
 	}
 	return m
 }
@@ -255,12 +262,8 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	switch {
 	case req.Kind.Kind == "Namespace" && req.Kind.Group == "":
 		reqNS = ""
-		ns = &match.Namespace{Name: nestedString(obj, "metadata", "name")}
-		if l := obj.Field("metadata").Field("labels"); l != nil && l.K != jsonv.Null {
-			ns.Labels = stringMap(obj, "metadata", "labels")
-			if ns.Labels == nil {
-				return nil, false, errors.Join(ErrRequest, errors.New("the Namespace object's metadata.labels is not a map of strings"))
-			}
+		if ns, err = namespaceOf(obj); err != nil {
+			return nil, false, errors.Join(ErrRequest, err)
 		}
 	case reqNS != "":
 		if n, ok := s.namespaces[reqNS]; ok {
