@@ -32,6 +32,9 @@ const (
 	fuzzTrials   = 3000
 	fuzzRequests = 5
 	fuzzMutators = 5
+	// fuzzClusterTrials is the fromCluster run's count (each trial starts
+	// a fake cluster).
+	fuzzClusterTrials = 500
 )
 
 func envUint(t testing.TB, name string, def uint64) uint64 {
@@ -64,9 +67,9 @@ func TestFuzzDifferential(t *testing.T) {
 	for i := uint64(0); i < trials && failures < 5; i++ {
 		s := seed + i
 		tr := NewGen(s).Trial(s, fuzzMutators, fuzzRequests)
-		if diffs := runTrial(t, ss, &tr, st); len(diffs) > 0 {
+		if diffs := runTrial(t, ss, &tr, st, false); len(diffs) > 0 {
 			failures++
-			reportDifference(t, ss, tr, diffs[0])
+			reportDifference(t, ss, tr, diffs[0], false)
 		}
 	}
 	t.Logf("%d trials from seed %d in %v: %d settings refused by Gatekeeper; %d requests evaluated by Gatekeeper (%d mutated, %d unchanged, %d rejected of which %d not converging), %d comparisons on %d sides; %d mutators in schema conflicts; mutators per kind %v",
@@ -85,6 +88,40 @@ func TestFuzzDifferential(t *testing.T) {
 	}
 }
 
+// TestFuzzDifferentialFromCluster is the property run with fromCluster
+// settings: the Wasm module through the host, its Namespace reads answered
+// by host/capabilities over a fake cluster holding the trial's namespaces,
+// against Gatekeeper reading the same namespaces (one that does not exist
+// fails the request on both). GKDIFF_FUZZ_CLUSTER_TRIALS sets the count.
+func TestFuzzDifferentialFromCluster(t *testing.T) {
+	trials := envUint(t, "GKDIFF_FUZZ_CLUSTER_TRIALS", fuzzClusterTrials)
+	seed := envUint(t, "GKDIFF_FUZZ_SEED", 1)
+	module, err := LoadModule()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWasmSide(module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	ss := []Side{ClusterSide{w}}
+	st := &fuzzStats{kinds: map[string]int{}}
+	failures := 0
+	for i := uint64(0); i < trials && failures < 5; i++ {
+		s := seed + i
+		tr := NewGen(s).Trial(s, fuzzMutators, fuzzRequests)
+		if diffs := runTrial(t, ss, &tr, st, true); len(diffs) > 0 {
+			failures++
+			reportDifference(t, ss, tr, diffs[0], true)
+		}
+	}
+	t.Logf("%d trials from seed %d: %d requests (%d mutated, %d unchanged, %d rejected), %d comparisons", st.trials, seed, st.requests, st.mutated, st.unchanged, st.rejected, st.comparisons)
+	if trials >= fuzzClusterTrials && st.rejected < int(trials)/10 {
+		t.Errorf("only %d rejections: the run no longer reaches namespaces the cluster does not have", st.rejected)
+	}
+}
+
 func FuzzDifferential(f *testing.F) {
 	for _, s := range []uint64{1, 2, 3, 42, 1 << 40} {
 		f.Add(s)
@@ -92,21 +129,31 @@ func FuzzDifferential(f *testing.F) {
 	ss := sides(f)
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		tr := NewGen(seed).Trial(seed, fuzzMutators, fuzzRequests)
-		if diffs := runTrial(t, ss, &tr, &fuzzStats{kinds: map[string]int{}}); len(diffs) > 0 {
-			reportDifference(t, ss, tr, diffs[0])
+		if diffs := runTrial(t, ss, &tr, &fuzzStats{kinds: map[string]int{}}, false); len(diffs) > 0 {
+			reportDifference(t, ss, tr, diffs[0], false)
 		}
 	})
 }
 
+// newReference is Gatekeeper with the settings, its namespaces those of a
+// cluster when fromCluster.
+func newReference(settings []byte, fromCluster bool) (*Reference, error) {
+	ref, err := NewReference(settings)
+	if ref != nil {
+		ref.NamespacesFromCluster = fromCluster
+	}
+	return ref, err
+}
+
 // runTrial runs one trial on every side and returns the differences.
-func runTrial(t testing.TB, ss []Side, tr *Trial, st *fuzzStats) []Difference {
+func runTrial(t testing.TB, ss []Side, tr *Trial, st *fuzzStats, fromCluster bool) []Difference {
 	t.Helper()
 	st.trials++
 	for _, m := range tr.Mutators {
 		st.kinds[m["kind"].(string)]++
 	}
 	settings := tr.Settings()
-	ref, refErr := NewReference(settings)
+	ref, refErr := newReference(settings, fromCluster)
 	if refErr != nil {
 		st.refusedSettings++
 	} else {
@@ -174,7 +221,7 @@ func compareTrial(s Side, settings []byte, reqs []Request, wants []Outcome, refE
 
 // reportDifference shrinks the trial to the fewest mutators and requests that
 // still differ on the side, and fails with it as a case.
-func reportDifference(t testing.TB, ss []Side, tr Trial, d Difference) {
+func reportDifference(t testing.TB, ss []Side, tr Trial, d Difference, fromCluster bool) {
 	t.Helper()
 	var side Side
 	for _, s := range ss {
@@ -187,7 +234,7 @@ func reportDifference(t testing.TB, ss []Side, tr Trial, d Difference) {
 	}
 	differs := func(c Trial) bool {
 		settings := c.Settings()
-		ref, refErr := NewReference(settings)
+		ref, refErr := newReference(settings, fromCluster)
 		var wants []Outcome
 		if refErr == nil {
 			for _, r := range c.Requests {
@@ -271,7 +318,7 @@ func TestFuzzCatchesADifference(t *testing.T) {
 	found := 0
 	for s := uint64(1); s <= 200; s++ {
 		tr := NewGen(s).Trial(s, fuzzMutators, fuzzRequests)
-		found += len(runTrial(t, []Side{droppingSide{}}, &tr, st))
+		found += len(runTrial(t, []Side{droppingSide{}}, &tr, st, false))
 	}
 	if found < 20 {
 		t.Fatalf("a side that drops a mutator differs on %d of %d requests; the run should catch it far more often", found, st.requests)

@@ -31,6 +31,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -161,6 +162,12 @@ type Reference struct {
 	namespaces map[string]*corev1.Namespace
 	// Conflicts are the mutators Upsert reported in a schema conflict.
 	Conflicts []string
+	// NamespacesFromCluster: the namespaces are the cluster's, and a request
+	// namespace that is not one of them does not exist (the webhook's Get
+	// fails with NotFound, from the cache and then from the apiserver, and
+	// the request fails). Otherwise a namespace not listed exists without
+	// labels (the settings' convention).
+	NamespacesFromCluster bool
 }
 
 // Settings is the policy's settings shape.
@@ -351,6 +358,9 @@ func (r *Reference) Evaluate(req Request) Outcome {
 	case reqNamespace != "":
 		if n, ok := r.namespaces[reqNamespace]; ok {
 			ns = n.DeepCopy()
+		} else if r.NamespacesFromCluster {
+			err := k8serrors.NewNotFound(corev1.Resource("namespaces"), reqNamespace)
+			return Outcome{Rejected: true, Message: err.Error(), Reason: err.Error()}
 		} else {
 			ns = &corev1.Namespace{}
 			ns.Name = reqNamespace

@@ -30,14 +30,32 @@ type Request struct {
 	Username  string
 	Object    []byte
 	OldObject []byte
+	// Cluster reads the request's Namespace object when the settings say
+	// fromCluster (the guest asks the host's kubernetes/get_resource).
+	Cluster NamespaceGetter
 }
+
+// NamespaceGetter returns the JSON of the Namespace object named name as
+// the cluster holds it; found is false when no such namespace exists, err
+// is set when the cluster could not be asked.
+type NamespaceGetter func(name string) (object []byte, found bool, err error)
+
+// ErrCluster wraps the errors of reading the request's namespace from the
+// cluster (fromCluster settings): a failed read, an answer that is not a
+// Namespace, a namespace that does not exist.
+var ErrCluster = errors.New("cannot read the request's namespace from the cluster")
 
 // System is a compiled set of mutators with the namespaces they may select.
 type System struct {
 	muts       []*mutators.Mutator // sorted by kind, then name
 	conflicts  map[int]bool
 	namespaces map[string]*match.Namespace
+	// fromCluster: namespaces come from Request.Cluster, not the settings.
+	fromCluster bool
 }
+
+// FromCluster reports whether the settings take namespaces from the cluster.
+func (s *System) FromCluster() bool { return s.fromCluster }
 
 // GatekeeperServiceAccount is the user whose requests Gatekeeper never mutates.
 const GatekeeperServiceAccount = "system:serviceaccount:gatekeeper-system:gatekeeper-admin"
@@ -65,11 +83,20 @@ func Compile(settings []byte) (*System, error) {
 		return nil, settingsErr("settings must be an object {\"mutators\": [...], \"namespaces\": [...]}")
 	}
 	for _, k := range root.O.Keys {
-		if k != "mutators" && k != "namespaces" {
-			return nil, settingsErr("unknown field " + k + " (want mutators and namespaces)")
+		if k != "mutators" && k != "namespaces" && k != "fromCluster" {
+			return nil, settingsErr("unknown field " + k + " (want mutators, namespaces and fromCluster)")
 		}
 	}
 	s := &System{namespaces: map[string]*match.Namespace{}}
+	if fc := root.Field("fromCluster"); fc != nil && fc.K != jsonv.Null {
+		if fc.K != jsonv.Bool {
+			return nil, settingsErr("fromCluster: must be true or false, got " + typeName(fc))
+		}
+		s.fromCluster = fc.B
+		if nss := root.Field("namespaces"); s.fromCluster && nss != nil && nss.K == jsonv.Array && len(nss.A) > 0 {
+			return nil, settingsErr("namespaces: fromCluster takes the namespaces from the cluster; remove namespaces or set fromCluster: false")
+		}
+	}
 	seen := map[string]int{}
 	if ms := root.Field("mutators"); ms != nil && ms.K != jsonv.Null {
 		if ms.K != jsonv.Array {
@@ -244,6 +271,20 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	if req.Username == GatekeeperServiceAccount || !match.SupportedOperation(req.Operation) || gatekeeperGroups[req.Kind.Group] {
 		return nil, false, nil
 	}
+	if len(s.muts) == 0 && !s.fromCluster {
+		return nil, false, nil
+	}
+	// The webhook reads the request's namespace before anything else
+	// (pkg/webhook/mutation.go mutateRequest): from the cluster, a failed
+	// read or a namespace that does not exist fails the request whatever the
+	// mutators.
+	var clusterNS *match.Namespace
+	if s.fromCluster && req.Namespace != "" && !(req.Kind.Kind == "Namespace" && req.Kind.Group == "") {
+		var err error
+		if clusterNS, err = s.clusterNamespace(req); err != nil {
+			return nil, false, err
+		}
+	}
 	if len(s.muts) == 0 {
 		return nil, false, nil
 	}
@@ -265,6 +306,8 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 		if ns, err = namespaceOf(obj); err != nil {
 			return nil, false, errors.Join(ErrRequest, err)
 		}
+	case clusterNS != nil:
+		ns = clusterNS
 	case reqNS != "":
 		if n, ok := s.namespaces[reqNS]; ok {
 			ns = n
@@ -346,3 +389,33 @@ type notConverging struct{ msg string }
 
 func (e notConverging) Error() string { return e.msg }
 func (e notConverging) Unwrap() error { return ErrNotConverging }
+
+// clusterError wraps ErrCluster with one line of detail.
+type clusterError string
+
+func (e clusterError) Error() string { return ErrCluster.Error() + ": " + string(e) }
+func (e clusterError) Unwrap() error { return ErrCluster }
+
+// clusterNamespace reads the request's namespace through req.Cluster.
+func (s *System) clusterNamespace(req Request) (*match.Namespace, error) {
+	if req.Cluster == nil {
+		return nil, clusterError("the settings say fromCluster but this evaluation has no cluster to ask")
+	}
+	raw, found, err := req.Cluster(req.Namespace)
+	if err != nil {
+		return nil, clusterError("getting Namespace " + req.Namespace + ": " + err.Error())
+	}
+	if !found {
+		// The apiserver's answer, which the webhook returns as its error.
+		return nil, clusterError(`namespaces "` + req.Namespace + `" not found`)
+	}
+	v, err := jsonv.Parse(raw, jsonv.IntsPreserved)
+	if err != nil {
+		return nil, clusterError("the cluster's answer for Namespace " + req.Namespace + " is not JSON: " + err.Error())
+	}
+	ns, err := namespaceOf(v)
+	if err != nil {
+		return nil, clusterError("the cluster's answer for Namespace " + req.Namespace + ": " + err.Error())
+	}
+	return ns, nil
+}
