@@ -114,7 +114,8 @@ func validate(payload []byte) ([]byte, error) {
 	if err != nil {
 		return reject(err.Error()), nil
 	}
-	req, err := jsonv.RawFields(top["request"])
+	// One pass over the request: its object is parsed, the rest skipped.
+	req, obj, err := jsonv.RawFieldsParsed(top["request"], "object", jsonv.IntsPreserved)
 	if err != nil {
 		return reject("cannot decode the admission request: " + err.Error()), nil
 	}
@@ -124,6 +125,7 @@ func validate(payload []byte) ([]byte, error) {
 		Namespace: str(req["namespace"]),
 		Object:    req["object"],
 		OldObject: req["oldObject"],
+		Parsed:    obj,
 	}
 	if k, err := jsonv.RawFields(req["kind"]); err == nil {
 		r.Kind = engine.GVK{Group: str(k["group"]), Version: str(k["version"]), Kind: str(k["kind"])}

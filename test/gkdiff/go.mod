@@ -10,6 +10,7 @@ require (
 	github.com/tollgate-dev/tollgate v0.0.0-00010101000000-000000000000
 	github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation v0.0.0-00010101000000-000000000000
 	github.com/tollgate-dev/tollgate/sdk v0.0.0
+	golang.org/x/sys v0.49.0
 	k8s.io/api v0.36.6
 	k8s.io/apiextensions-apiserver v0.36.2
 	k8s.io/apimachinery v0.36.6
@@ -97,10 +98,10 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
+	gomodules.xyz/jsonpatch/v2 v2.4.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/grpc v1.82.1 // indirect

@@ -33,6 +33,9 @@ type Request struct {
 	// Cluster reads the request's Namespace object when the settings say
 	// fromCluster (the guest asks the host's kubernetes/get_resource).
 	Cluster NamespaceGetter
+	// Parsed, when set, is Object already parsed (jsonv.IntsPreserved), for
+	// a caller that parsed it while reading the request; Mutate changes it.
+	Parsed *jsonv.Value
 }
 
 // NamespaceGetter returns the JSON of the Namespace object named name as
@@ -254,7 +257,7 @@ func matchObject(obj *jsonv.Value) *match.Object {
 		Name:         nestedString(obj, "metadata", "name"),
 		GenerateName: nestedString(obj, "metadata", "generateName"),
 		Namespace:    nestedString(obj, "metadata", "namespace"),
-		Labels:       stringMap(obj, "metadata", "labels"),
+		LoadLabels:   func() map[string]string { return stringMap(obj, "metadata", "labels") },
 	}
 }
 
@@ -288,7 +291,10 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	if len(s.muts) == 0 {
 		return nil, false, nil
 	}
-	obj, err := jsonv.Parse(req.Object, jsonv.IntsPreserved)
+	obj, err := req.Parsed, error(nil)
+	if obj == nil {
+		obj, err = jsonv.Parse(req.Object, jsonv.IntsPreserved)
+	}
 	if err != nil {
 		return nil, false, errors.Join(ErrRequest, err)
 	}
@@ -316,23 +322,55 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 		}
 	}
 	oldNS := nestedString(obj, "metadata", "namespace")
-	// The original object, as a JSON value: a mutation that only changes a
-	// number's type (1 -> 1.0) or moves a key is no change for the patch.
-	original := jsonv.AppendSemantic(make([]byte, 0, len(req.Object)), obj)
+	// "Changed" compares the final object with the original as JSON values:
+	// a mutation that only changes a number's type (1 -> 1.0) or moves a
+	// key is no change for the patch. When setting the request namespace
+	// for the mutation (and restoring it) leaves the object as it is, the
+	// loop's own encodings of the first and last states are those of the
+	// original and final objects; otherwise the original is encoded here.
+	nsKept := namespaceKept(obj, reqNS)
+	var original []byte
+	if !nsKept {
+		original = jsonv.AppendSemantic(make([]byte, 0, len(req.Object)), obj)
+	}
 	setNamespace(obj, reqNS)
 
-	mutated, err := s.loop(obj, ns, req.Operation)
+	mutated, first, last, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4)
 	if err != nil || !mutated {
 		return nil, false, err
 	}
-	setNamespace(obj, oldNS)
-	if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
-		return nil, false, nil
+	if nsKept {
+		if jsonv.SameTyped(first, last) {
+			return nil, false, nil
+		}
+	} else {
+		setNamespace(obj, oldNS)
+		if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
+			return nil, false, nil
+		}
 	}
 	return jsonv.Encode(make([]byte, 0, len(req.Object)+256), obj), true, nil
 }
 
-func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, error) {
+// namespaceKept reports whether setNamespace(obj, ns) and the restore of
+// the object's own metadata.namespace both leave obj as it is: metadata is
+// an object whose namespace is the string ns, or is absent when ns is "".
+func namespaceKept(obj *jsonv.Value, ns string) bool {
+	md := obj.Field("metadata")
+	if md == nil || md.K != jsonv.Object {
+		return false
+	}
+	v, ok := md.O.Get("namespace")
+	if ns == "" {
+		return !ok
+	}
+	return ok && v.K == jsonv.String && v.S == ns
+}
+
+// loop runs the iterations. When the object was mutated, first and last
+// are AppendTyped encodings of the object before the first iteration and
+// at the end.
+func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint int) (mutated bool, first, last []byte, err error) {
 	maxIterations := len(s.muts) + 1
 	var applied []string
 	var old, cur []byte // the object at the iteration's start and end (AppendTyped)
@@ -351,7 +389,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 				var err error
 				matches, err = match.Matches(&m.Match, &match.Target{Object: mo, Namespace: ns, Source: "Original"})
 				if err != nil {
-					return false, errors.New("matching for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+					return false, nil, nil, errors.New("matching for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 				}
 			}
 			if !matches {
@@ -360,7 +398,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 			if len(old) == 0 {
 				// Nothing changed since the iteration started (an encoding is
 				// never empty).
-				old = jsonv.AppendTyped(old, obj)
+				old = jsonv.AppendTyped(make([]byte, 0, sizeHint), obj)
 			}
 			did, err := m.Mutate(&mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name})
 			if did {
@@ -368,20 +406,30 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 				mo = matchObject(obj)
 			}
 			if err != nil {
-				return false, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+				return false, nil, nil, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 			}
 		}
 		if len(applied) == 0 {
-			return iteration != 1, nil
+			// Nothing changed: the object is as the iteration found it.
+			return iteration != 1, first, old, nil
+		}
+		if cur == nil {
+			cur = make([]byte, 0, len(old)+len(old)/4)
 		}
 		cur = jsonv.AppendTyped(cur[:0], obj)
 		if string(cur) == string(old) {
-			return iteration != 1, nil
+			return iteration != 1, first, cur, nil
+		}
+		if iteration == 1 {
+			// Keep the object's first state; the next iteration starts
+			// from this one.
+			first, old, cur = old, cur, nil
+			continue
 		}
 		// The next iteration starts from this state: reuse its encoding.
 		old, cur = cur, old
 	}
-	return false, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
+	return false, nil, nil, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
 		" (after " + itoa(maxIterations) + " iterations; mutators applied in the last one: " + strings.Join(applied, ", ") + ")"}
 }
 

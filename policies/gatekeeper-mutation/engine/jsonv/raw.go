@@ -126,3 +126,60 @@ func (p *parser) skipStr() error {
 	}
 	return p.fail("unterminated string")
 }
+
+// RawFieldsParsed is RawFields, except that the value of parseKey is parsed
+// as Parse parses it (into parsed, nil when the key is absent) instead of
+// being skipped: one pass over a request instead of a skip and a parse of
+// its object.
+func RawFieldsParsed(data []byte, parseKey string, mode NumberMode) (fields map[string][]byte, parsed *Value, err error) {
+	p := parser{d: data, mode: mode, src: string(data)}
+	p.ws()
+	if p.i >= len(p.d) || p.d[p.i] != '{' {
+		return nil, nil, p.fail("expected an object")
+	}
+	p.i++
+	out := map[string][]byte{}
+	p.ws()
+	if p.i < len(p.d) && p.d[p.i] == '}' {
+		return out, nil, nil
+	}
+	for {
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != '"' {
+			return nil, nil, p.fail("expected a string key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, nil, err
+		}
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != ':' {
+			return nil, nil, p.fail("expected ':'")
+		}
+		p.i++
+		p.ws()
+		start := p.i
+		if k == parseKey {
+			v, err := p.value(0)
+			if err != nil {
+				return nil, nil, err
+			}
+			parsed = v
+		} else if err := p.skip(0); err != nil {
+			return nil, nil, err
+		}
+		out[k] = p.d[start:p.i]
+		p.ws()
+		if p.i >= len(p.d) {
+			return nil, nil, p.fail("unexpected end of input in object")
+		}
+		if p.d[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.d[p.i] == '}' {
+			return out, parsed, nil
+		}
+		return nil, nil, p.fail("expected ',' or '}'")
+	}
+}
