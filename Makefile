@@ -83,8 +83,12 @@ e2e: policies build
 	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
 	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '$(E2E_RUN)' ./...
 
+# BENCH_MODULES are submodules whose benchmarks make bench runs too (the Gatekeeper mutation
+# module against Gatekeeper's own code: docs/benchmarks.md "Gatekeeper mutation module").
+BENCH_MODULES := test/gkdiff policies/gatekeeper-mutation
 bench: policies
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	@set -e; for m in $(BENCH_MODULES); do echo "go test -bench . in $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchtime 2s ./...); done
 
 # bench-server measures `tollgate serve` against a native Go ceiling on loopback (about 5 minutes;
 # run it on an otherwise idle machine). Numbers go to docs/benchmarks.md by hand.
