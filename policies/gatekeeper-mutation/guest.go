@@ -102,7 +102,9 @@ func str(raw []byte) string {
 // validate answers a Kubewarden ValidationRequest
 // {"request": <AdmissionRequest>, "settings": {...}}.
 func validate(payload []byte) ([]byte, error) {
-	top, err := jsonv.RawFields(payload)
+	// One pass over the payload: the request's fields found and its object
+	// parsed on the way, the settings skipped.
+	top, req, obj, err := jsonv.RawFieldsNested(payload, "request", "object", jsonv.IntsPreserved)
 	if err != nil {
 		return reject("cannot decode the validation request: " + err.Error()), nil
 	}
@@ -114,10 +116,8 @@ func validate(payload []byte) ([]byte, error) {
 	if err != nil {
 		return reject(err.Error()), nil
 	}
-	// One pass over the request: its object is parsed, the rest skipped.
-	req, obj, err := jsonv.RawFieldsParsed(top["request"], "object", jsonv.IntsPreserved)
-	if err != nil {
-		return reject("cannot decode the admission request: " + err.Error()), nil
+	if req == nil {
+		return reject("cannot decode the admission request: the validation request has no request object"), nil
 	}
 	r := engine.Request{
 		Operation: str(req["operation"]),

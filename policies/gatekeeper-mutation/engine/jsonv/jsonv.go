@@ -395,15 +395,21 @@ func (e *SyntaxError) Error() string {
 // Unwrap makes errors.Is(err, ErrSyntax) hold.
 func (e *SyntaxError) Unwrap() error { return ErrSyntax }
 
+// The hot loops work on locals, written back once: TinyGo's Wasm keeps a
+// local in a register, a field of *p in linear memory.
+
 func (p *parser) ws() {
-	for p.i < len(p.d) {
-		switch p.d[p.i] {
+	d, i := p.d, p.i
+	for i < len(d) {
+		switch d[i] {
 		case ' ', '\t', '\n', '\r':
-			p.i++
+			i++
 		default:
+			p.i = i
 			return
 		}
 	}
+	p.i = i
 }
 
 func (p *parser) value(depth int) (*Value, error) {
@@ -582,26 +588,30 @@ func (p *parser) num() (*Value, error) {
 }
 
 func (p *parser) str() (string, error) {
-	p.i++ // opening quote
-	start := p.i
-	for p.i < len(p.d) {
-		c := p.d[p.i]
-		if c == '"' {
-			s := p.substr(start, p.i)
-			p.i++
-			if !utf8.ValidString(s) {
+	d := p.d
+	start := p.i + 1 // after the opening quote
+	ascii := true
+	for i := start; i < len(d); i++ {
+		c := d[i]
+		switch {
+		case c == '"':
+			s := p.substr(start, i)
+			p.i = i + 1
+			if !ascii && !utf8.ValidString(s) {
 				return fixUTF8(s), nil
 			}
 			return s, nil
-		}
-		if c == '\\' {
+		case c == '\\':
+			p.i = i
 			return p.strSlow(start)
-		}
-		if c < 0x20 {
+		case c < 0x20:
+			p.i = i
 			return "", p.fail("control character in string")
+		case c >= 0x80:
+			ascii = false
 		}
-		p.i++
 	}
+	p.i = len(d)
 	return "", p.fail("unterminated string")
 }
 

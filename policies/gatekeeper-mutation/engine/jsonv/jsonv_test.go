@@ -67,3 +67,35 @@ func FuzzRawFieldsParsed(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRawFieldsNested: RawFieldsNested reads what RawFields and then
+// RawFieldsParsed of the nested object read.
+func FuzzRawFieldsNested(f *testing.F) {
+	for _, s := range []string{`{"request":{"kind":"x","object":{"a":[1]}},"settings":{"m":[]}}`, `{"settings":{},"request":{"object":null}}`, `{"request":1}`, `{"request":{"object":{"x":1}},"request":{"kind":2}}`, `{}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		top, nested, parsed, err := RawFieldsNested([]byte(s), "request", "object", IntsPreserved)
+		wantTop, wantErr := RawFields([]byte(s))
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%q: %v, RawFields: %v", s, err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		if !reflect.DeepEqual(top, wantTop) {
+			t.Fatalf("%q: fields %q, want %q", s, top, wantTop)
+		}
+		raw, ok := wantTop["request"]
+		if !ok || len(raw) == 0 || raw[0] != '{' {
+			if nested != nil || parsed != nil {
+				t.Fatalf("%q: nested fields for a request that is not an object", s)
+			}
+			return
+		}
+		wantNested, wantParsed, err := RawFieldsParsed(raw, "object", IntsPreserved)
+		if err != nil || !reflect.DeepEqual(nested, wantNested) || string(Encode(nil, parsed)) != string(Encode(nil, wantParsed)) {
+			t.Fatalf("%q: nested %q %s, want %q %s (%v)", s, nested, Encode(nil, parsed), wantNested, Encode(nil, wantParsed), err)
+		}
+	})
+}
