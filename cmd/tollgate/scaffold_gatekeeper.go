@@ -209,16 +209,20 @@ func scaffoldGatekeeper(ctx context.Context, args []string, o scaffoldGKOptions,
 		if err != nil {
 			return nil, err
 		}
+		name := f
+		if f == "-" {
+			name = "standard input"
+		}
 		for i, d := range docs {
 			kind, _ := d["kind"].(string)
 			items, isList := d["items"].([]any)
 			if !strings.HasSuffix(kind, "List") || !isList {
-				add(gkSource{f, i + 1, -1}, d)
+				add(gkSource{name, i + 1, -1}, d)
 				continue
 			}
 			for j, it := range items {
 				m, ok := it.(map[string]any)
-				src := gkSource{f, i + 1, j}
+				src := gkSource{name, i + 1, j}
 				if !ok {
 					return nil, fmt.Errorf("%s: not an object", src)
 				}

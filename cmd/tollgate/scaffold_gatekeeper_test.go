@@ -410,3 +410,35 @@ broken:
 		t.Fatalf("the broken policy answered %d %s", code, body)
 	}
 }
+
+// TestScaffoldGatekeeperStdin: `-` reads the mutators from standard input
+// (kubectl get ... -o yaml | tollgate scaffold gatekeeper -); messages name
+// it "standard input".
+func TestScaffoldGatekeeperStdin(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join(gkScaffoldDir, "mutators", "kubectl-get.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(stdin string) (string, error) {
+		cmd := newScaffoldCmd()
+		var out, errOut bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&errOut)
+		cmd.SetIn(strings.NewReader(stdin))
+		cmd.SetArgs([]string{"gatekeeper", "--cache-dir", sharedCache, "-", "--output-kind", "settings"})
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	out, err := run(string(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s struct{ Mutators []map[string]any }
+	if err := yaml.Unmarshal([]byte(out), &s); err != nil || strings.Join(mutatorIDs(s.Mutators), " ") != "ModifySet/checkout-json-logs AssignImage/mirror-docker-hub" {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	bad := "apiVersion: mutations.gatekeeper.sh/v1\nkind: Assign\nmetadata: {name: meta}\nspec: {applyTo: [{groups: [''], kinds: [Pod], versions: [v1]}], location: metadata.name, parameters: {assign: {value: x}}}\n"
+	if _, err := run(bad); err == nil || !strings.Contains(err.Error(), "standard input: document 1 (Assign/meta): spec.location: assign meta can't change metadata") {
+		t.Fatalf("err %v", err)
+	}
+}
