@@ -80,9 +80,14 @@ func TestFuzzDifferential(t *testing.T) {
 		if st.comparisons < 10000 {
 			t.Errorf("%d comparisons; the run promises at least 10000", st.comparisons)
 		}
-		for what, n := range map[string]int{"mutated": st.mutated, "unchanged": st.unchanged, "rejected": st.rejected, "refused settings": st.refusedSettings, "conflicting mutators": st.mutatorsConflicted, "not converging": st.notConverging} {
-			if n < int(trials)/50 {
-				t.Errorf("only %d %s in %d trials: the generator no longer covers them", n, what, trials)
+		// Minimum shares, well below what seeds 1 and 2000000 give (the
+		// rarer outcomes, conflicts and cycles, about 1.8% and 2%).
+		for what, c := range map[string]struct{ n, per int }{
+			"mutated": {st.mutated, 50}, "unchanged": {st.unchanged, 50}, "rejected": {st.rejected, 50}, "refused settings": {st.refusedSettings, 50},
+			"conflicting mutators": {st.mutatorsConflicted, 100}, "not converging": {st.notConverging, 100},
+		} {
+			if c.n < int(trials)/c.per {
+				t.Errorf("only %d %s in %d trials: the generator no longer covers them", c.n, what, trials)
 			}
 		}
 	}
