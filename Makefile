@@ -85,8 +85,12 @@ e2e: policies build
 	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
 	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '$(E2E_RUN)' ./...
 
+# BENCH_MODULES are submodules whose benchmarks make bench runs too (the Gatekeeper mutation
+# module against Gatekeeper's own code: docs/benchmarks.md "Gatekeeper mutation module").
+BENCH_MODULES := test/gkdiff policies/gatekeeper-mutation
 bench: policies
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	@set -e; for m in $(BENCH_MODULES); do echo "go test -bench . in $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchtime 2s ./...); done
 	@$(MAKE) --no-print-directory bench-engines
 
 # bench-engines runs the same modules on the same 5 KB Pod on plain wazero, tollgate (the guest call

@@ -19,7 +19,7 @@ func newScaffoldCmd() *cobra.Command {
 		Use:   "scaffold",
 		Short: "Generate configuration from existing policies",
 	}
-	cmd.AddCommand(newScaffoldMAPCmd())
+	cmd.AddCommand(newScaffoldMAPCmd(), newScaffoldGatekeeperCmd())
 	return cmd
 }
 
@@ -346,6 +346,12 @@ func readYAMLDocs(path string) ([]map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseYAMLDocs(path, data)
+}
+
+// parseYAMLDocs parses the YAML documents of data, read from path (for
+// messages), skipping empty ones.
+func parseYAMLDocs(path string, data []byte) ([]map[string]any, error) {
 	var docs []map[string]any
 	for i, part := range splitYAMLDocs(data) {
 		if len(bytes.TrimSpace(stripComments(part))) == 0 {

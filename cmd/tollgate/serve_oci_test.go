@@ -21,6 +21,13 @@ import (
 // startServe runs `tollgate serve` until the test ends and returns its webhook URL.
 func startServe(t *testing.T, args ...string) (url string, stderr *lockedBuffer, stop func()) {
 	t.Helper()
+	return startServeUntil(t, regexp.MustCompile(`webhook=(http://127\.0\.0\.1:\d+)`), args...)
+}
+
+// startServeUntil runs `tollgate serve` until the test ends; it is ready
+// when re's first group matches its standard error (the URL it returns).
+func startServeUntil(t *testing.T, re *regexp.Regexp, args ...string) (url string, stderr *lockedBuffer, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := newServeCmd()
 	var out lockedBuffer
@@ -46,7 +53,6 @@ func startServe(t *testing.T, args ...string) (url string, stderr *lockedBuffer,
 		})
 	}
 	t.Cleanup(stop)
-	re := regexp.MustCompile(`webhook=(http://127\.0\.0\.1:\d+)`)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		if m := re.FindStringSubmatch(stderr.String()); m != nil {

@@ -1,5 +1,10 @@
 module github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation
 
-go 1.25
+go 1.26
 
-require github.com/wapc/wapc-guest-tinygo v0.3.3
+require (
+	github.com/tollgate-dev/tollgate/sdk v0.0.0
+	github.com/wapc/wapc-guest-tinygo v0.3.3
+)
+
+replace github.com/tollgate-dev/tollgate/sdk => ../../sdk

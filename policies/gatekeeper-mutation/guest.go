@@ -2,10 +2,51 @@ package main
 
 import (
 	"bytes"
+	"strings"
+
+	wapc "github.com/wapc/wapc-guest-tinygo"
 
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine"
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
 )
+
+// hostCall reaches the host's capabilities; native tests answer it through
+// sdk/guest and sdk/policytest (cluster_test.go).
+var hostCall = wapc.HostCall
+
+// getNamespace reads a Namespace through kubernetes/get_resource, as
+// Gatekeeper's webhook does: from the cache first and, when the cache does
+// not have it, from the apiserver (pkg/webhook/mutation.go). The policy
+// entry must declare v1 Namespace in contextAwareResources.
+func getNamespace(name string) ([]byte, bool, error) {
+	for _, disableCache := range []bool{false, true} {
+		b := append([]byte(`{"api_version":"v1","kind":"Namespace","name":`), jsonv.AppendString(nil, name)...)
+		if disableCache {
+			b = append(b, `,"disable_cache":true}`...)
+		} else {
+			b = append(b, `,"disable_cache":false}`...)
+		}
+		answer, err := hostCall("kubewarden", "kubernetes", "get_resource", b)
+		switch {
+		case err == nil && string(bytes.TrimSpace(answer)) != "null":
+			return answer, true, nil
+		case err != nil && !isNotFound(err):
+			return nil, false, hostError("kubernetes/get_resource: " + err.Error())
+		}
+	}
+	return nil, false, nil
+}
+
+// isNotFound is the host's answer for an object that does not exist
+// (Kubewarden: "Cannot find v1/Namespace named 'x' inside of namespace ...").
+func isNotFound(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Cannot find ") && strings.Contains(msg, " named '")
+}
+
+type hostError string
+
+func (e hostError) Error() string { return string(e) }
 
 // The guest keeps the last compiled settings: the host sends the same
 // settings with every request, and compiling 500 mutators per request would
@@ -61,7 +102,9 @@ func str(raw []byte) string {
 // validate answers a Kubewarden ValidationRequest
 // {"request": <AdmissionRequest>, "settings": {...}}.
 func validate(payload []byte) ([]byte, error) {
-	top, err := jsonv.RawFields(payload)
+	// One pass over the payload: the request's fields found and its object
+	// parsed on the way, the settings skipped.
+	top, req, obj, err := jsonv.RawFieldsNested(payload, "request", "object", jsonv.IntsPreserved)
 	if err != nil {
 		return reject("cannot decode the validation request: " + err.Error()), nil
 	}
@@ -73,9 +116,8 @@ func validate(payload []byte) ([]byte, error) {
 	if err != nil {
 		return reject(err.Error()), nil
 	}
-	req, err := jsonv.RawFields(top["request"])
-	if err != nil {
-		return reject("cannot decode the admission request: " + err.Error()), nil
+	if req == nil {
+		return reject("cannot decode the admission request: the validation request has no request object"), nil
 	}
 	r := engine.Request{
 		Operation: str(req["operation"]),
@@ -83,12 +125,16 @@ func validate(payload []byte) ([]byte, error) {
 		Namespace: str(req["namespace"]),
 		Object:    req["object"],
 		OldObject: req["oldObject"],
+		Parsed:    obj,
 	}
 	if k, err := jsonv.RawFields(req["kind"]); err == nil {
 		r.Kind = engine.GVK{Group: str(k["group"]), Version: str(k["version"]), Kind: str(k["kind"])}
 	}
 	if u, err := jsonv.RawFields(req["userInfo"]); err == nil {
 		r.Username = str(u["username"])
+	}
+	if sys.FromCluster() {
+		r.Cluster = getNamespace
 	}
 	if len(r.Object) == 0 || string(r.Object) == "null" {
 		return []byte(`{"accepted":true}`), nil

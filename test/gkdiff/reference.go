@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-logr/logr"
 	"github.com/google/uuid"
 	mutationsunversioned "github.com/open-policy-agent/gatekeeper/v3/apis/mutations/unversioned"
 	mutationsv1 "github.com/open-policy-agent/gatekeeper/v3/apis/mutations/v1"
@@ -30,9 +31,11 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	k8serrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -148,12 +151,23 @@ func gatekeeperCRDDir() (string, error) {
 	return filepath.Join(out, "manifest_staging", "charts", "gatekeeper", "crds"), nil
 }
 
+// Gatekeeper's mutators log through controller-runtime's logger (an invalid
+// label selector, for one); without a sink controller-runtime prints a stack
+// trace after 30 seconds of use.
+func init() { ctrllog.SetLogger(logr.Discard()) }
+
 // Reference is Gatekeeper's mutation system loaded with one settings object.
 type Reference struct {
 	system     *mutation.System
 	namespaces map[string]*corev1.Namespace
 	// Conflicts are the mutators Upsert reported in a schema conflict.
 	Conflicts []string
+	// NamespacesFromCluster: the namespaces are the cluster's, and a request
+	// namespace that is not one of them does not exist (the webhook's Get
+	// fails with NotFound, from the cache and then from the apiserver, and
+	// the request fails). Otherwise a namespace not listed exists without
+	// labels (the settings' convention).
+	NamespacesFromCluster bool
 }
 
 // Settings is the policy's settings shape.
@@ -344,6 +358,9 @@ func (r *Reference) Evaluate(req Request) Outcome {
 	case reqNamespace != "":
 		if n, ok := r.namespaces[reqNamespace]; ok {
 			ns = n.DeepCopy()
+		} else if r.NamespacesFromCluster {
+			err := k8serrors.NewNotFound(corev1.Resource("namespaces"), reqNamespace)
+			return Outcome{Rejected: true, Message: err.Error(), Reason: err.Error()}
 		} else {
 			ns = &corev1.Namespace{}
 			ns.Name = reqNamespace

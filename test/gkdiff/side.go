@@ -30,7 +30,12 @@ type Loaded interface {
 type WasmSide struct {
 	host   *policy.Host
 	module []byte
-	mu     sync.Mutex
+	// pin is a policy of the module loaded for the side's lifetime: the host
+	// keeps a compiled module while a policy uses it, so every Load shares
+	// one compilation (as policies of one module do in tollgate serve)
+	// instead of reading it back from the disk cache.
+	pin *Wasm
+	mu  sync.Mutex
 }
 
 // NewWasmSide starts a host for the module.
@@ -39,7 +44,12 @@ func NewWasmSide(module []byte) (*WasmSide, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &WasmSide{host: h, module: module}, nil
+	pin, err := NewWasm(context.Background(), h, module, []byte(`{}`))
+	if err != nil {
+		h.Close(context.Background())
+		return nil, err
+	}
+	return &WasmSide{host: h, module: module, pin: pin}, nil
 }
 
 func (s *WasmSide) Name() string { return "wasm" }
@@ -52,7 +62,10 @@ func (s *WasmSide) Load(settings []byte) (Loaded, error) {
 	return wasmLoaded{w}, nil
 }
 
-func (s *WasmSide) Close() { s.host.Close(context.Background()) }
+func (s *WasmSide) Close() {
+	s.pin.Close(context.Background())
+	s.host.Close(context.Background())
+}
 
 type wasmLoaded struct{ w *Wasm }
 

@@ -13,7 +13,7 @@
 //
 //	// Compile decodes and validates the settings
 //	//   {"mutators": [<mutator objects, YAML-as-JSON, any served apiVersion>],
-//	//    "namespaces": [<Namespace objects>]}
+//	//    "namespaces": [<Namespace objects>], "fromCluster": false}
 //	// with everything the apiserver (CRD schema: required fields, enums,
 //	// patterns, defaults) and Gatekeeper's constructors would refuse. An error
 //	// wraps ErrSettings and names the mutator (kind/name) and the field.
@@ -28,6 +28,8 @@
 //		Username  string // request.userInfo.username
 //		Object    []byte // request.object, JSON
 //		OldObject []byte // request.oldObject, JSON (may be nil)
+//		Cluster   NamespaceGetter // reads the request's Namespace (fromCluster settings)
+//		Parsed    *jsonv.Value    // Object already parsed (optional)
 //	}
 //	type GVK struct{ Group, Version, Kind string }
 //

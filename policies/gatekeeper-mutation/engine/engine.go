@@ -30,14 +30,35 @@ type Request struct {
 	Username  string
 	Object    []byte
 	OldObject []byte
+	// Cluster reads the request's Namespace object when the settings say
+	// fromCluster (the guest asks the host's kubernetes/get_resource).
+	Cluster NamespaceGetter
+	// Parsed, when set, is Object already parsed (jsonv.IntsPreserved), for
+	// a caller that parsed it while reading the request; Mutate changes it.
+	Parsed *jsonv.Value
 }
+
+// NamespaceGetter returns the JSON of the Namespace object named name as
+// the cluster holds it; found is false when no such namespace exists, err
+// is set when the cluster could not be asked.
+type NamespaceGetter func(name string) (object []byte, found bool, err error)
+
+// ErrCluster wraps the errors of reading the request's namespace from the
+// cluster (fromCluster settings): a failed read, an answer that is not a
+// Namespace, a namespace that does not exist.
+var ErrCluster = errors.New("cannot read the request's namespace from the cluster")
 
 // System is a compiled set of mutators with the namespaces they may select.
 type System struct {
 	muts       []*mutators.Mutator // sorted by kind, then name
 	conflicts  map[int]bool
 	namespaces map[string]*match.Namespace
+	// fromCluster: namespaces come from Request.Cluster, not the settings.
+	fromCluster bool
 }
+
+// FromCluster reports whether the settings take namespaces from the cluster.
+func (s *System) FromCluster() bool { return s.fromCluster }
 
 // GatekeeperServiceAccount is the user whose requests Gatekeeper never mutates.
 const GatekeeperServiceAccount = "system:serviceaccount:gatekeeper-system:gatekeeper-admin"
@@ -65,11 +86,20 @@ func Compile(settings []byte) (*System, error) {
 		return nil, settingsErr("settings must be an object {\"mutators\": [...], \"namespaces\": [...]}")
 	}
 	for _, k := range root.O.Keys {
-		if k != "mutators" && k != "namespaces" {
-			return nil, settingsErr("unknown field " + k + " (want mutators and namespaces)")
+		if k != "mutators" && k != "namespaces" && k != "fromCluster" {
+			return nil, settingsErr("unknown field " + k + " (want mutators, namespaces and fromCluster)")
 		}
 	}
 	s := &System{namespaces: map[string]*match.Namespace{}}
+	if fc := root.Field("fromCluster"); fc != nil && fc.K != jsonv.Null {
+		if fc.K != jsonv.Bool {
+			return nil, settingsErr("fromCluster: must be true or false, got " + typeName(fc))
+		}
+		s.fromCluster = fc.B
+		if nss := root.Field("namespaces"); s.fromCluster && nss != nil && nss.K == jsonv.Array && len(nss.A) > 0 {
+			return nil, settingsErr("namespaces: fromCluster takes the namespaces from the cluster; remove namespaces or set fromCluster: false")
+		}
+	}
 	seen := map[string]int{}
 	if ms := root.Field("mutators"); ms != nil && ms.K != jsonv.Null {
 		if ms.K != jsonv.Array {
@@ -151,7 +181,8 @@ func (s *System) Conflicting() []string {
 	return out
 }
 
-// object accessors, as k8s.io/apimachinery's Unstructured reads them.
+// object accessors, as k8s.io/apimachinery's Unstructured reads them
+// (v0.36: GetLabels coerces null values to "").
 
 func nestedString(obj *jsonv.Value, keys ...string) string {
 	v := obj
@@ -172,10 +203,16 @@ func stringMap(obj *jsonv.Value, keys ...string) map[string]string {
 	}
 	m := make(map[string]string, len(v.O.Keys))
 	for i, k := range v.O.Keys {
-		if v.O.Vals[i].K != jsonv.String {
+		// NestedNullCoercingStringMap (what GetLabels reads with): a null
+		// value is "", any other non-string voids the map.
+		switch v.O.Vals[i].K {
+		case jsonv.String:
+			m[k] = v.O.Vals[i].S
+		case jsonv.Null:
+			m[k] = ""
+		default:
 			return nil
 		}
-		m[k] = v.O.Vals[i].S
 	}
 	return m
 }
@@ -220,7 +257,7 @@ func matchObject(obj *jsonv.Value) *match.Object {
 		Name:         nestedString(obj, "metadata", "name"),
 		GenerateName: nestedString(obj, "metadata", "generateName"),
 		Namespace:    nestedString(obj, "metadata", "namespace"),
-		Labels:       stringMap(obj, "metadata", "labels"),
+		LoadLabels:   func() map[string]string { return stringMap(obj, "metadata", "labels") },
 	}
 }
 
@@ -237,10 +274,27 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	if req.Username == GatekeeperServiceAccount || !match.SupportedOperation(req.Operation) || gatekeeperGroups[req.Kind.Group] {
 		return nil, false, nil
 	}
+	if len(s.muts) == 0 && !s.fromCluster {
+		return nil, false, nil
+	}
+	// The webhook reads the request's namespace before anything else
+	// (pkg/webhook/mutation.go mutateRequest): from the cluster, a failed
+	// read or a namespace that does not exist fails the request whatever the
+	// mutators.
+	var clusterNS *match.Namespace
+	if s.fromCluster && req.Namespace != "" && !(req.Kind.Kind == "Namespace" && req.Kind.Group == "") {
+		var err error
+		if clusterNS, err = s.clusterNamespace(req); err != nil {
+			return nil, false, err
+		}
+	}
 	if len(s.muts) == 0 {
 		return nil, false, nil
 	}
-	obj, err := jsonv.Parse(req.Object, jsonv.IntsPreserved)
+	obj, err := req.Parsed, error(nil)
+	if obj == nil {
+		obj, err = jsonv.Parse(req.Object, jsonv.IntsPreserved)
+	}
 	if err != nil {
 		return nil, false, errors.Join(ErrRequest, err)
 	}
@@ -255,13 +309,11 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	switch {
 	case req.Kind.Kind == "Namespace" && req.Kind.Group == "":
 		reqNS = ""
-		ns = &match.Namespace{Name: nestedString(obj, "metadata", "name")}
-		if l := obj.Field("metadata").Field("labels"); l != nil && l.K != jsonv.Null {
-			ns.Labels = stringMap(obj, "metadata", "labels")
-			if ns.Labels == nil {
-				return nil, false, errors.Join(ErrRequest, errors.New("the Namespace object's metadata.labels is not a map of strings"))
-			}
+		if ns, err = namespaceOf(obj); err != nil {
+			return nil, false, errors.Join(ErrRequest, err)
 		}
+	case clusterNS != nil:
+		ns = clusterNS
 	case reqNS != "":
 		if n, ok := s.namespaces[reqNS]; ok {
 			ns = n
@@ -270,23 +322,55 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 		}
 	}
 	oldNS := nestedString(obj, "metadata", "namespace")
-	// The original object, as a JSON value: a mutation that only changes a
-	// number's type (1 -> 1.0) or moves a key is no change for the patch.
-	original := jsonv.AppendSemantic(make([]byte, 0, len(req.Object)), obj)
+	// "Changed" compares the final object with the original as JSON values:
+	// a mutation that only changes a number's type (1 -> 1.0) or moves a
+	// key is no change for the patch. When setting the request namespace
+	// for the mutation (and restoring it) leaves the object as it is, the
+	// loop's own encodings of the first and last states are those of the
+	// original and final objects; otherwise the original is encoded here.
+	nsKept := namespaceKept(obj, reqNS)
+	var original []byte
+	if !nsKept {
+		original = jsonv.AppendSemantic(make([]byte, 0, len(req.Object)), obj)
+	}
 	setNamespace(obj, reqNS)
 
-	mutated, err := s.loop(obj, ns, req.Operation)
+	mutated, first, last, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4)
 	if err != nil || !mutated {
 		return nil, false, err
 	}
-	setNamespace(obj, oldNS)
-	if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
-		return nil, false, nil
+	if nsKept {
+		if jsonv.SameTyped(first, last) {
+			return nil, false, nil
+		}
+	} else {
+		setNamespace(obj, oldNS)
+		if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
+			return nil, false, nil
+		}
 	}
 	return jsonv.Encode(make([]byte, 0, len(req.Object)+256), obj), true, nil
 }
 
-func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, error) {
+// namespaceKept reports whether setNamespace(obj, ns) and the restore of
+// the object's own metadata.namespace both leave obj as it is: metadata is
+// an object whose namespace is the string ns, or is absent when ns is "".
+func namespaceKept(obj *jsonv.Value, ns string) bool {
+	md := obj.Field("metadata")
+	if md == nil || md.K != jsonv.Object {
+		return false
+	}
+	v, ok := md.O.Get("namespace")
+	if ns == "" {
+		return !ok
+	}
+	return ok && v.K == jsonv.String && v.S == ns
+}
+
+// loop runs the iterations. When the object was mutated, first and last
+// are AppendTyped encodings of the object before the first iteration and
+// at the end.
+func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint int) (mutated bool, first, last []byte, err error) {
 	maxIterations := len(s.muts) + 1
 	var applied []string
 	var old, cur []byte // the object at the iteration's start and end (AppendTyped)
@@ -305,7 +389,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 				var err error
 				matches, err = match.Matches(&m.Match, &match.Target{Object: mo, Namespace: ns, Source: "Original"})
 				if err != nil {
-					return false, errors.New("matching for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+					return false, nil, nil, errors.New("matching for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 				}
 			}
 			if !matches {
@@ -314,7 +398,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 			if len(old) == 0 {
 				// Nothing changed since the iteration started (an encoding is
 				// never empty).
-				old = jsonv.AppendTyped(old, obj)
+				old = jsonv.AppendTyped(make([]byte, 0, sizeHint), obj)
 			}
 			did, err := m.Mutate(&mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name})
 			if did {
@@ -322,20 +406,30 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string) (bool, e
 				mo = matchObject(obj)
 			}
 			if err != nil {
-				return false, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+				return false, nil, nil, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 			}
 		}
 		if len(applied) == 0 {
-			return iteration != 1, nil
+			// Nothing changed: the object is as the iteration found it.
+			return iteration != 1, first, old, nil
+		}
+		if cur == nil {
+			cur = make([]byte, 0, len(old)+len(old)/4)
 		}
 		cur = jsonv.AppendTyped(cur[:0], obj)
 		if string(cur) == string(old) {
-			return iteration != 1, nil
+			return iteration != 1, first, cur, nil
+		}
+		if iteration == 1 {
+			// Keep the object's first state; the next iteration starts
+			// from this one.
+			first, old, cur = old, cur, nil
+			continue
 		}
 		// The next iteration starts from this state: reuse its encoding.
 		old, cur = cur, old
 	}
-	return false, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
+	return false, nil, nil, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
 		" (after " + itoa(maxIterations) + " iterations; mutators applied in the last one: " + strings.Join(applied, ", ") + ")"}
 }
 
@@ -343,3 +437,33 @@ type notConverging struct{ msg string }
 
 func (e notConverging) Error() string { return e.msg }
 func (e notConverging) Unwrap() error { return ErrNotConverging }
+
+// clusterError wraps ErrCluster with one line of detail.
+type clusterError string
+
+func (e clusterError) Error() string { return ErrCluster.Error() + ": " + string(e) }
+func (e clusterError) Unwrap() error { return ErrCluster }
+
+// clusterNamespace reads the request's namespace through req.Cluster.
+func (s *System) clusterNamespace(req Request) (*match.Namespace, error) {
+	if req.Cluster == nil {
+		return nil, clusterError("the settings say fromCluster but this evaluation has no cluster to ask")
+	}
+	raw, found, err := req.Cluster(req.Namespace)
+	if err != nil {
+		return nil, clusterError("getting Namespace " + req.Namespace + ": " + err.Error())
+	}
+	if !found {
+		// The apiserver's answer, which the webhook returns as its error.
+		return nil, clusterError(`namespaces "` + req.Namespace + `" not found`)
+	}
+	v, err := jsonv.Parse(raw, jsonv.IntsPreserved)
+	if err != nil {
+		return nil, clusterError("the cluster's answer for Namespace " + req.Namespace + " is not JSON: " + err.Error())
+	}
+	ns, err := namespaceOf(v)
+	if err != nil {
+		return nil, clusterError("the cluster's answer for Namespace " + req.Namespace + ": " + err.Error())
+	}
+	return ns, nil
+}

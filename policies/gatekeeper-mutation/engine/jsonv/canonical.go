@@ -77,3 +77,79 @@ func appendFloatCanon(b []byte, f float64) []byte {
 	}
 	return strconv.AppendFloat(b, f, 'g', -1, 64)
 }
+
+// SameTyped reports whether two AppendTyped encodings encode values that
+// SameJSON holds for: what comparing their AppendSemantic encodings would
+// say (an Int and a Float are compared as float64, a nil array is null),
+// without encoding the values again.
+func SameTyped(a, b []byte) bool {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		ca, cb := a[i], b[j]
+		switch {
+		case ca == '"':
+			if cb != '"' {
+				return false
+			}
+			ea, eb := stringEnd(a, i), stringEnd(b, j)
+			if string(a[i:ea]) != string(b[j:eb]) {
+				return false
+			}
+			i, j = ea, eb
+		case ca == 'i' || ca == 'f':
+			if cb != 'i' && cb != 'f' {
+				return false
+			}
+			ea, eb := numberEnd(a, i+1), numberEnd(b, j+1)
+			fa, oka := typedNumber(ca, a[i+1:ea])
+			fb, okb := typedNumber(cb, b[j+1:eb])
+			if !oka || !okb || fa != fb {
+				return false
+			}
+			i, j = ea, eb
+		case ca == 'n' || ca == 'N':
+			if cb != 'n' && cb != 'N' {
+				return false
+			}
+			i, j = i+1, j+1
+		default:
+			if ca != cb {
+				return false
+			}
+			i, j = i+1, j+1
+		}
+	}
+	return i == len(a) && j == len(b)
+}
+
+// stringEnd is the index after the string token starting at a[i] ('"').
+func stringEnd(a []byte, i int) int {
+	for i++; i < len(a); i++ {
+		switch a[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(a)
+}
+
+// numberEnd is the index after the number digits starting at a[i].
+func numberEnd(a []byte, i int) int {
+	for i < len(a) && a[i] != ',' && a[i] != ']' && a[i] != '}' {
+		i++
+	}
+	return i
+}
+
+// typedNumber decodes the digits of an 'i' or 'f' token as float64, as
+// AppendSemantic holds the number.
+func typedNumber(kind byte, digits []byte) (float64, bool) {
+	if kind == 'i' {
+		n, err := strconv.ParseInt(string(digits), 10, 64)
+		return float64(n), err == nil
+	}
+	f, err := strconv.ParseFloat(string(digits), 64)
+	return f, err == nil
+}

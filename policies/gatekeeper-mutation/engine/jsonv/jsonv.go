@@ -270,8 +270,15 @@ const (
 )
 
 // Parse parses one JSON document.
+//
+// It allocates little, which matters most under TinyGo, whose allocator
+// and collector are slow: the input is copied once into a string that
+// every string without escapes and every number literal is a substring of;
+// values and objects come from slabs; an object's keys and values and an
+// array's elements are gathered on a scratch stack and then copied into
+// slices of their exact size.
 func Parse(data []byte, mode NumberMode) (*Value, error) {
-	p := parser{d: data, mode: mode}
+	p := parser{d: data, mode: mode, src: string(data)}
 	p.ws()
 	v, err := p.value(0)
 	if err != nil {
@@ -288,6 +295,85 @@ type parser struct {
 	d    []byte
 	i    int
 	mode NumberMode
+	// src is d as a string (Parse; empty for RawFields): strings and
+	// number literals are its substrings.
+	src string
+	// vals and objs are slabs; stack and keys the scratch stacks of the
+	// objects and arrays being parsed.
+	vals  []Value
+	objs  []Obj
+	stack []*Value
+	keys  []string
+}
+
+const slabSize = 64
+
+func (p *parser) newValue() *Value {
+	if len(p.vals) == cap(p.vals) {
+		p.vals = make([]Value, 0, slabSize)
+	}
+	p.vals = p.vals[:len(p.vals)+1]
+	return &p.vals[len(p.vals)-1]
+}
+
+func (p *parser) newObj() *Obj {
+	if len(p.objs) == cap(p.objs) {
+		p.objs = make([]Obj, 0, slabSize/4)
+	}
+	p.objs = p.objs[:len(p.objs)+1]
+	return &p.objs[len(p.objs)-1]
+}
+
+// substr is d[start:end] as a string, without a copy when Parse made src.
+func (p *parser) substr(start, end int) string {
+	if len(p.src) == len(p.d) {
+		return p.src[start:end]
+	}
+	return string(p.d[start:end])
+}
+
+// endObject makes the object of the keys and values stacked from base:
+// slices of their exact size, the last of repeated keys winning at the
+// place of the first (as Obj.Set does).
+func (p *parser) endObject(base int) *Value {
+	keys, vals := p.keys[base:], p.stack[base:]
+	o := p.newObj()
+	o.Keys = make([]string, 0, len(keys))
+	o.Vals = make([]*Value, 0, len(keys))
+	for i, k := range keys {
+		dup := false
+		for j, prev := range o.Keys {
+			if prev == k {
+				o.Vals[j] = vals[i]
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			o.Keys = append(o.Keys, k)
+			o.Vals = append(o.Vals, vals[i])
+		}
+	}
+	for i := base; i < len(p.stack); i++ {
+		p.stack[i] = nil
+	}
+	p.keys, p.stack = p.keys[:base], p.stack[:base]
+	v := p.newValue()
+	v.K, v.O = Object, o
+	return v
+}
+
+// endArray makes the array of the elements stacked from base.
+func (p *parser) endArray(base int) *Value {
+	a := make([]*Value, len(p.stack)-base)
+	copy(a, p.stack[base:])
+	for i := base; i < len(p.stack); i++ {
+		p.stack[i] = nil
+	}
+	p.stack = p.stack[:base]
+	v := p.newValue()
+	v.K, v.A = Array, a
+	return v
 }
 
 const maxDepth = 10000
@@ -309,15 +395,21 @@ func (e *SyntaxError) Error() string {
 // Unwrap makes errors.Is(err, ErrSyntax) hold.
 func (e *SyntaxError) Unwrap() error { return ErrSyntax }
 
+// The hot loops work on locals, written back once: TinyGo's Wasm keeps a
+// local in a register, a field of *p in linear memory.
+
 func (p *parser) ws() {
-	for p.i < len(p.d) {
-		switch p.d[p.i] {
+	d, i := p.d, p.i
+	for i < len(d) {
+		switch d[i] {
 		case ' ', '\t', '\n', '\r':
-			p.i++
+			i++
 		default:
+			p.i = i
 			return
 		}
 	}
+	p.i = i
 }
 
 func (p *parser) value(depth int) (*Value, error) {
@@ -330,11 +422,11 @@ func (p *parser) value(depth int) (*Value, error) {
 	switch c := p.d[p.i]; {
 	case c == '{':
 		p.i++
-		o := &Obj{}
 		p.ws()
+		base := len(p.stack)
 		if p.i < len(p.d) && p.d[p.i] == '}' {
 			p.i++
-			return &Value{K: Object, O: o}, nil
+			return p.endObject(base), nil
 		}
 		for {
 			p.ws()
@@ -355,7 +447,8 @@ func (p *parser) value(depth int) (*Value, error) {
 			if err != nil {
 				return nil, err
 			}
-			o.Set(k, v)
+			p.keys = append(p.keys, k)
+			p.stack = append(p.stack, v)
 			p.ws()
 			if p.i >= len(p.d) {
 				return nil, p.fail("unexpected end of input in object")
@@ -366,17 +459,17 @@ func (p *parser) value(depth int) (*Value, error) {
 			}
 			if p.d[p.i] == '}' {
 				p.i++
-				return &Value{K: Object, O: o}, nil
+				return p.endObject(base), nil
 			}
 			return nil, p.fail("expected ',' or '}'")
 		}
 	case c == '[':
 		p.i++
-		a := make([]*Value, 0, 4)
 		p.ws()
+		base := len(p.stack)
 		if p.i < len(p.d) && p.d[p.i] == ']' {
 			p.i++
-			return &Value{K: Array, A: a}, nil
+			return p.endArray(base), nil
 		}
 		for {
 			p.ws()
@@ -384,7 +477,9 @@ func (p *parser) value(depth int) (*Value, error) {
 			if err != nil {
 				return nil, err
 			}
-			a = append(a, v)
+			// The keys stack stays aligned with the values stack.
+			p.keys = append(p.keys, "")
+			p.stack = append(p.stack, v)
 			p.ws()
 			if p.i >= len(p.d) {
 				return nil, p.fail("unexpected end of input in array")
@@ -395,7 +490,8 @@ func (p *parser) value(depth int) (*Value, error) {
 			}
 			if p.d[p.i] == ']' {
 				p.i++
-				return &Value{K: Array, A: a}, nil
+				p.keys = p.keys[:base]
+				return p.endArray(base), nil
 			}
 			return nil, p.fail("expected ',' or ']'")
 		}
@@ -404,13 +500,19 @@ func (p *parser) value(depth int) (*Value, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Value{K: String, S: s}, nil
+		v := p.newValue()
+		v.K, v.S = String, s
+		return v, nil
 	case c == 't':
-		return p.lit("true", &Value{K: Bool, B: true})
+		v := p.newValue()
+		v.K, v.B = Bool, true
+		return p.lit("true", v)
 	case c == 'f':
-		return p.lit("false", &Value{K: Bool})
+		v := p.newValue()
+		v.K = Bool
+		return p.lit("false", v)
 	case c == 'n':
-		return p.lit("null", &Value{K: Null})
+		return p.lit("null", p.newValue())
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.num()
 	}
@@ -468,40 +570,48 @@ func (p *parser) num() (*Value, error) {
 			return nil, p.fail("invalid number")
 		}
 	}
-	lit := string(p.d[start:p.i])
+	lit := p.substr(start, p.i)
 	if isInt && p.mode == IntsPreserved {
 		if i, err := strconv.ParseInt(lit, 10, 64); err == nil {
-			return &Value{K: Int, I: i}, nil
+			v := p.newValue()
+			v.K, v.I = Int, i
+			return v, nil
 		}
 	}
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil {
 		return nil, &SyntaxError{Offset: start, Msg: "number " + lit + " out of range"}
 	}
-	return &Value{K: Float, F: f}, nil
+	v := p.newValue()
+	v.K, v.F = Float, f
+	return v, nil
 }
 
 func (p *parser) str() (string, error) {
-	p.i++ // opening quote
-	start := p.i
-	for p.i < len(p.d) {
-		c := p.d[p.i]
-		if c == '"' {
-			s := string(p.d[start:p.i])
-			p.i++
-			if !utf8.ValidString(s) {
+	d := p.d
+	start := p.i + 1 // after the opening quote
+	ascii := true
+	for i := start; i < len(d); i++ {
+		c := d[i]
+		switch {
+		case c == '"':
+			s := p.substr(start, i)
+			p.i = i + 1
+			if !ascii && !utf8.ValidString(s) {
 				return fixUTF8(s), nil
 			}
 			return s, nil
-		}
-		if c == '\\' {
+		case c == '\\':
+			p.i = i
 			return p.strSlow(start)
-		}
-		if c < 0x20 {
+		case c < 0x20:
+			p.i = i
 			return "", p.fail("control character in string")
+		case c >= 0x80:
+			ascii = false
 		}
-		p.i++
 	}
+	p.i = len(d)
 	return "", p.fail("unterminated string")
 }
 

@@ -110,19 +110,147 @@ func (p *parser) skip(depth int) error {
 }
 
 func (p *parser) skipStr() error {
-	p.i++
-	for p.i < len(p.d) {
-		switch c := p.d[p.i]; {
+	d, i := p.d, p.i+1
+	for i < len(d) {
+		switch c := d[i]; {
 		case c == '"':
-			p.i++
+			p.i = i + 1
 			return nil
 		case c == '\\':
-			p.i += 2
+			i += 2
 		case c < 0x20:
+			p.i = i
 			return p.fail("control character in string")
 		default:
-			p.i++
+			i++
 		}
 	}
+	p.i = i
 	return p.fail("unterminated string")
+}
+
+// RawFieldsParsed is RawFields, except that the value of parseKey is parsed
+// as Parse parses it (into parsed, nil when the key is absent) instead of
+// being skipped: one pass over a request instead of a skip and a parse of
+// its object.
+func RawFieldsParsed(data []byte, parseKey string, mode NumberMode) (fields map[string][]byte, parsed *Value, err error) {
+	p := parser{d: data, mode: mode, src: string(data)}
+	p.ws()
+	return p.fieldsParsed(parseKey)
+}
+
+// RawFieldsNested reads an object in one pass: its fields' raw values, the
+// fields of its object-valued nestedKey (RawFieldsParsed's, with parseKey
+// parsed). It reads a ValidationRequest {"request": {..., "object": ...},
+// "settings": ...} without skipping the request's object twice.
+func RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested map[string][]byte, parsed *Value, err error) {
+	p := parser{d: data, mode: mode, src: string(data)}
+	p.ws()
+	if p.i >= len(p.d) || p.d[p.i] != '{' {
+		return nil, nil, nil, p.fail("expected an object")
+	}
+	p.i++
+	fields = map[string][]byte{}
+	p.ws()
+	if p.i < len(p.d) && p.d[p.i] == '}' {
+		p.i++
+		return fields, nil, nil, nil
+	}
+	for {
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != '"' {
+			return nil, nil, nil, p.fail("expected a string key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != ':' {
+			return nil, nil, nil, p.fail("expected ':'")
+		}
+		p.i++
+		p.ws()
+		start := p.i
+		if k == nestedKey && p.i < len(p.d) && p.d[p.i] == '{' {
+			if nested, parsed, err = p.fieldsParsed(parseKey); err != nil {
+				return nil, nil, nil, err
+			}
+		} else {
+			if k == nestedKey {
+				nested, parsed = nil, nil
+			}
+			if err := p.skip(0); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		fields[k] = p.d[start:p.i]
+		p.ws()
+		if p.i >= len(p.d) {
+			return nil, nil, nil, p.fail("unexpected end of input in object")
+		}
+		if p.d[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.d[p.i] == '}' {
+			return fields, nested, parsed, nil
+		}
+		return nil, nil, nil, p.fail("expected ',' or '}'")
+	}
+}
+
+// fieldsParsed reads the object at p.i (see RawFieldsParsed) and leaves
+// p.i after it.
+func (p *parser) fieldsParsed(parseKey string) (fields map[string][]byte, parsed *Value, err error) {
+	if p.i >= len(p.d) || p.d[p.i] != '{' {
+		return nil, nil, p.fail("expected an object")
+	}
+	p.i++
+	out := map[string][]byte{}
+	p.ws()
+	if p.i < len(p.d) && p.d[p.i] == '}' {
+		p.i++
+		return out, nil, nil
+	}
+	for {
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != '"' {
+			return nil, nil, p.fail("expected a string key")
+		}
+		k, err := p.str()
+		if err != nil {
+			return nil, nil, err
+		}
+		p.ws()
+		if p.i >= len(p.d) || p.d[p.i] != ':' {
+			return nil, nil, p.fail("expected ':'")
+		}
+		p.i++
+		p.ws()
+		start := p.i
+		if k == parseKey {
+			v, err := p.value(0)
+			if err != nil {
+				return nil, nil, err
+			}
+			parsed = v
+		} else if err := p.skip(0); err != nil {
+			return nil, nil, err
+		}
+		out[k] = p.d[start:p.i]
+		p.ws()
+		if p.i >= len(p.d) {
+			return nil, nil, p.fail("unexpected end of input in object")
+		}
+		if p.d[p.i] == ',' {
+			p.i++
+			continue
+		}
+		if p.d[p.i] == '}' {
+			p.i++
+			return out, parsed, nil
+		}
+		return nil, nil, p.fail("expected ',' or '}'")
+	}
 }

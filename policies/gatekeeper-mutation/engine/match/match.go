@@ -55,6 +55,18 @@ type Object struct {
 	GenerateName string
 	Namespace    string // metadata.namespace
 	Labels       map[string]string
+	// LoadLabels, when set, gives Labels the first time a selector needs
+	// them (most mutators have none; building the map for every object
+	// state the system loop sees is its largest cost with many mutators).
+	LoadLabels func() map[string]string
+}
+
+// labels returns the object's labels, loading them once.
+func (o *Object) labels() map[string]string {
+	if o.LoadLabels != nil {
+		o.Labels, o.LoadLabels = o.LoadLabels(), nil
+	}
+	return o.Labels
 }
 
 // Target is an object with its namespace (nil for cluster-scoped objects)
@@ -239,7 +251,7 @@ func Matches(m *Match, t *Target) (bool, error) {
 		if err != nil {
 			return false, matchErr{err.Error()}
 		}
-		if !sel.matches(obj.Labels) {
+		if !sel.matches(obj.labels()) {
 			return false, nil
 		}
 	}
@@ -253,7 +265,7 @@ func Matches(m *Match, t *Target) (bool, error) {
 			}
 			switch {
 			case isNS:
-				if !sel.matches(obj.Labels) {
+				if !sel.matches(obj.labels()) {
 					return false, nil
 				}
 			case ns == nil:

@@ -220,10 +220,22 @@ func (s *Spec) validateAssignField() error {
 // ErrExternalData: external data needs calls out of the sandbox.
 var ErrExternalData = errors.New("externalData is not supported by tollgate's gatekeeper-mutation policy (it needs calls to external data providers from inside the Wasm sandbox)")
 
+// FieldError is a constructor's refusal with the spec field it is about
+// (Gatekeeper's messages do not always say).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+func inField(field string, err error) error { return &FieldError{Field: field, Err: err} }
+
 // New validates s as Gatekeeper's constructor for its kind does.
 func New(s Spec) (*Mutator, error) {
 	if len(s.Name) > 63 {
-		return nil, ErrNameLength
+		return nil, inField("metadata.name", ErrNameLength)
 	}
 	switch s.Kind {
 	case KindAssign:
@@ -241,44 +253,44 @@ func New(s Spec) (*Mutator, error) {
 func newAssign(s Spec) (*Mutator, error) {
 	p, err := parser.Parse(s.Location)
 	if err != nil {
-		return nil, wrapf(err, "invalid location format `"+s.Location+"` for Assign "+s.Name)
+		return nil, inField("spec.location", wrapf(err, "invalid location format `"+s.Location+"` for Assign "+s.Name))
 	}
 	if hasMetadataRoot(p) {
-		return nil, errors.New("assign " + s.Name + " can't change metadata")
+		return nil, inField("spec.location", errors.New("assign "+s.Name+" can't change metadata"))
 	}
 	if err := checkKeyNotChanged(p); err != nil {
-		return nil, err
+		return nil, inField("spec.location", err)
 	}
 	if err := s.validateAssignField(); err != nil {
-		return nil, err
+		return nil, inField("spec.parameters.assign", err)
 	}
 	if s.HasExternalData {
-		return nil, ErrExternalData
+		return nil, inField("spec.parameters.assign.externalData", ErrExternalData)
 	}
 	last := p.Nodes[len(p.Nodes)-1]
 	if s.HasValue && last.Type == parser.ListNode {
 		if last.Glob {
-			return nil, errors.New("can't append to a globbed list")
+			return nil, inField("spec.location", errors.New("can't append to a globbed list"))
 		}
 		if s.Value == nil || s.Value.K != jsonv.Object {
-			return nil, errors.New("invalid value: `" + goValue(s.Value) + "`, only objects can be added to keyed lists")
+			return nil, inField("spec.parameters.assign.value", errors.New("invalid value: `"+goValue(s.Value)+"`, only objects can be added to keyed lists"))
 		}
 		kv, _ := s.Value.O.Get(last.KeyField)
 		if !keyEquals(last, kv) {
-			return nil, errors.New("adding object to list with different key " + last.KeyField + ": list key " +
-				keyString(last) + ", object key " + goValue(kv))
+			return nil, inField("spec.parameters.assign.value", errors.New("adding object to list with different key "+last.KeyField+": list key "+
+				keyString(last)+", object key "+goValue(kv)))
 		}
 	}
 	if last.Type == parser.ListNode && s.HasFromMetadata {
-		return nil, errors.New("cannot assign a metadata field to a list")
+		return nil, inField("spec.parameters.assign.fromMetadata", errors.New("cannot assign a metadata field to a list"))
 	}
 	t, err := newTester(s.Name, KindAssign, p, s.PathTests)
 	if err != nil {
-		return nil, err
+		return nil, inField("spec.parameters.pathTests", err)
 	}
 	b, err := newBindings(s.Name, KindAssign, s.ApplyTo)
 	if err != nil {
-		return nil, err
+		return nil, inField("spec.applyTo", err)
 	}
 	return &Mutator{Spec: s, Path: p, Tester: t, Bindings: b}, nil
 }
@@ -323,19 +335,19 @@ func isValidMetadataPath(p parser.Path) bool {
 func newAssignMetadata(s Spec) (*Mutator, error) {
 	p, err := parser.Parse(s.Location)
 	if err != nil {
-		return nil, wrapf(err, "invalid location format for AssignMetadata "+s.Name+": "+s.Location)
+		return nil, inField("spec.location", wrapf(err, "invalid location format for AssignMetadata "+s.Name+": "+s.Location))
 	}
 	if !isValidMetadataPath(p) {
-		return nil, errors.New("invalid location for assignmetadata " + s.Name + ": " + s.Location)
+		return nil, inField("spec.location", errors.New("invalid location for assignmetadata "+s.Name+": "+s.Location))
 	}
 	if err := s.validateAssignField(); err != nil {
-		return nil, err
+		return nil, inField("spec.parameters.assign", err)
 	}
 	if s.HasExternalData {
-		return nil, ErrExternalData
+		return nil, inField("spec.parameters.assign.externalData", ErrExternalData)
 	}
 	if s.HasValue && (s.Value == nil || s.Value.K != jsonv.String) {
-		return nil, errors.New("spec.parameters.assign.value field must be a string for AssignMetadata " + strconv.Quote(s.Name))
+		return nil, inField("spec.parameters.assign.value", errors.New("spec.parameters.assign.value field must be a string for AssignMetadata "+strconv.Quote(s.Name)))
 	}
 	t, err := tester.New(p, []tester.Test{{SubPath: p, Condition: tester.MustNotExist}})
 	if err != nil {
@@ -347,21 +359,21 @@ func newAssignMetadata(s Spec) (*Mutator, error) {
 func newModifySet(s Spec) (*Mutator, error) {
 	p, err := parser.Parse(s.Location)
 	if err != nil {
-		return nil, wrapf(err, "invalid location format `"+s.Location+"` for ModifySet "+s.Name)
+		return nil, inField("spec.location", wrapf(err, "invalid location format `"+s.Location+"` for ModifySet "+s.Name))
 	}
 	if hasMetadataRoot(p) {
-		return nil, errors.New("modifyset " + s.Name + " can't change metadata")
+		return nil, inField("spec.location", errors.New("modifyset "+s.Name+" can't change metadata"))
 	}
 	if len(p.Nodes) > 0 && p.Nodes[len(p.Nodes)-1].Type == parser.ListNode {
-		return nil, errors.New("final node in a modifyset location cannot be a keyed list")
+		return nil, inField("spec.location", errors.New("final node in a modifyset location cannot be a keyed list"))
 	}
 	t, err := newTester(s.Name, KindModifySet, p, s.PathTests)
 	if err != nil {
-		return nil, err
+		return nil, inField("spec.parameters.pathTests", err)
 	}
 	b, err := newBindings(s.Name, KindModifySet, s.ApplyTo)
 	if err != nil {
-		return nil, err
+		return nil, inField("spec.applyTo", err)
 	}
 	return &Mutator{Spec: s, Path: p, Tester: t, Bindings: b}, nil
 }
@@ -369,27 +381,27 @@ func newModifySet(s Spec) (*Mutator, error) {
 func newAssignImage(s Spec) (*Mutator, error) {
 	p, err := parser.Parse(s.Location)
 	if err != nil {
-		return nil, wrapf(err, "invalid location format `"+s.Location+"` for assignImage "+s.Name)
+		return nil, inField("spec.location", wrapf(err, "invalid location format `"+s.Location+"` for assignImage "+s.Name))
 	}
 	if hasMetadataRoot(p) {
-		return nil, errors.New("assignImage " + s.Name + " can't change metadata")
+		return nil, inField("spec.location", errors.New("assignImage "+s.Name+" can't change metadata"))
 	}
 	if len(p.Nodes) > 0 && p.Nodes[len(p.Nodes)-1].Type == parser.ListNode {
-		return nil, errors.New("assignImage " + s.Name + " cannot mutate list-type fields")
+		return nil, inField("spec.location", errors.New("assignImage "+s.Name+" cannot mutate list-type fields"))
 	}
 	if err := checkKeyNotChanged(p); err != nil {
-		return nil, err
+		return nil, inField("spec.location", err)
 	}
 	if err := validateImageParts(s.AssignDomain, s.AssignPath, s.AssignTag); err != nil {
-		return nil, errors.New("assignImage " + s.Name + " has invalid parameters: " + err.Error())
+		return nil, inField("spec.parameters", errors.New("assignImage "+s.Name+" has invalid parameters: "+err.Error()))
 	}
 	t, err := newTester(s.Name, KindAssignImage, p, s.PathTests)
 	if err != nil {
-		return nil, err
+		return nil, inField("spec.parameters.pathTests", err)
 	}
 	b, err := newBindings(s.Name, KindAssignImage, s.ApplyTo)
 	if err != nil {
-		return nil, err
+		return nil, inField("spec.applyTo", err)
 	}
 	return &Mutator{Spec: s, Path: p, Tester: t, Bindings: b}, nil
 }
