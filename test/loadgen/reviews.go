@@ -53,6 +53,7 @@ func (b *bench) realisticTable(tollgate string, conc int, dur time.Duration, ser
 	}{{"tollgate", false}, {"native", true}}
 	policies := []string{"required-labels", "capabilities-drop"}
 	rps := map[string][]float64{} // server/policy -> per review
+	cpu := map[string][]time.Duration{} // server/policy -> the server's CPU per request, per review
 	notes := map[string][]string{}
 	for _, sv := range servers {
 		p, port, _, err := b.start(sv.native, tollgate, serveArgs)
@@ -69,21 +70,30 @@ func (b *bench) realisticTable(tollgate string, conc int, dur time.Duration, ser
 					return fmt.Errorf("%s %s %s: %w\n%s", sv.name, pol, realisticReviews[i].file, err, p.log)
 				}
 				closedLoop(client, url, body, true, conc, time.Second)
+				cpu0 := p.cpuTime()
 				r := closedLoop(client, url, body, true, conc, dur)
+				perReq := time.Duration(0)
+				if r.Requests > 0 {
+					perReq = (p.cpuTime() - cpu0) / time.Duration(r.Requests)
+				}
 				rps[k] = append(rps[k], r.RPS)
+				cpu[k] = append(cpu[k], perReq)
 				notes[k] = append(notes[k], errNote(r))
 			}
 		}
 		p.stop()
 	}
-	fmt.Printf("\nRealistic objects (test/testdata/reviews), saturation req/s at c=%d, %v per run; tollgate / native in brackets:\n\n", conc, dur)
+	fmt.Printf("\nRealistic objects (test/testdata/reviews), saturation req/s at c=%d, %v per run; tollgate / native in brackets, "+
+		"then the server's CPU time per request (user + system, /proc/PID/stat):\n\n", conc, dur)
 	fmt.Println("| review (compact bytes) | tollgate required-labels | native required-labels | tollgate capabilities-drop | native capabilities-drop |")
 	fmt.Println("|---|---|---|---|---|")
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0f us", float64(d.Nanoseconds())/1e3) }
 	for i, r := range realisticReviews {
 		row := fmt.Sprintf("| %s (%d) |", r.name, len(bodies[i]))
 		for _, pol := range policies {
 			t, n := rps["tollgate/"+pol][i], rps["native/"+pol][i]
-			row += fmt.Sprintf(" %.0f%s (%.0f%%) | %.0f%s |", t, notes["tollgate/"+pol][i], 100*t/n, n, notes["native/"+pol][i])
+			row += fmt.Sprintf(" %.0f%s (%.0f%%), %s CPU | %.0f%s, %s CPU |", t, notes["tollgate/"+pol][i], 100*t/n, us(cpu["tollgate/"+pol][i]),
+				n, notes["native/"+pol][i], us(cpu["native/"+pol][i]))
 		}
 		fmt.Println(row)
 	}
