@@ -52,7 +52,7 @@ func (b *bench) realisticTable(tollgate string, conc int, dur time.Duration, ser
 		native bool
 	}{{"tollgate", false}, {"native", true}}
 	policies := []string{"required-labels", "capabilities-drop"}
-	rps := map[string][]float64{} // server/policy -> per review
+	rps := map[string][]float64{}       // server/policy -> per review
 	cpu := map[string][]time.Duration{} // server/policy -> the server's CPU per request, per review
 	notes := map[string][]string{}
 	for _, sv := range servers {
