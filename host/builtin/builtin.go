@@ -1,12 +1,17 @@
 package builtin
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 //go:embed modules
@@ -18,6 +23,20 @@ var ErrNotBuiltin = errors.New("unknown built-in module")
 // Known are the built-in modules tollgate ships, whether or not this binary
 // was built with them.
 var Known = []string{"mutating-admission-policy", "gatekeeper-mutation"}
+
+// settingsKeyed are the built-in modules whose guest keeps no state between
+// calls other than what it derives from the settings it receives with each
+// call, cached by those settings (the MutatingAdmissionPolicy guest's
+// engineFor, the gatekeeper-mutation guest's system): one instance answers
+// the policies of several settings as instances of their own would. See
+// RATIONALE.md "Why are instances shared only between policies of a
+// settings-keyed built-in module?".
+var settingsKeyed = []string{"mutating-admission-policy", "gatekeeper-mutation"}
+
+// SettingsKeyed reports whether the built-in module name keys all the state
+// its guest keeps between calls by the settings of each call, so that its
+// instances may serve several policies (policy.Spec.ShareInstances).
+func SettingsKeyed(name string) bool { return slices.Contains(settingsKeyed, name) }
 
 // Module returns the bytes of the built-in module name.
 func Module(name string) ([]byte, error) {
@@ -34,6 +53,61 @@ func Module(name string) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("%w %q (built-in modules: %s)", ErrNotBuiltin, name, strings.Join(Known, ", "))
+}
+
+// Digest is the sha256 digest ("sha256:<hex>") of the built-in module name,
+// as host/wasm.Digest computes it. It is read from the modules/NAME.wasm.sha256
+// file that scripts/embed-builtins.sh writes next to the module (its digest
+// and size), so that a start does not hash the module (66 MB for the
+// MutatingAdmissionPolicy). Without that file, or when its size is not the
+// module's, the digest is computed once per process.
+func Digest(name string) (string, error) {
+	b, err := Module(name)
+	if err != nil {
+		return "", err
+	}
+	if d, ok := embeddedDigest(name, len(b)); ok {
+		return d, nil
+	}
+	v, _ := computed.LoadOrStore(name, sync.OnceValue(func() string { return digestOf(b) }))
+	return v.(func() string)(), nil
+}
+
+// computed holds, by module name, the digests computed in this process.
+var computed sync.Map // string -> func() string
+
+// embeddedDigest reads modules/NAME.wasm.sha256: "sha256:<64 hex> <size>".
+func embeddedDigest(name string, size int) (string, bool) {
+	f, err := modules.ReadFile("modules/" + name + ".wasm.sha256")
+	if err != nil {
+		return "", false
+	}
+	d, n, ok := strings.Cut(strings.TrimSpace(string(f)), " ")
+	hexPart, isSHA := strings.CutPrefix(d, "sha256:")
+	if !ok || !isSHA || len(hexPart) != 64 || strconv.Itoa(size) != n {
+		return "", false
+	}
+	if _, err := hex.DecodeString(hexPart); err != nil || strings.ToLower(hexPart) != hexPart {
+		return "", false
+	}
+	return d, true
+}
+
+func digestOf(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// IsSettingsKeyed reports whether digest is the digest of a settings-keyed
+// built-in module compiled into this binary (see SettingsKeyed): whatever URI
+// a policy names it by, those bytes are that module.
+func IsSettingsKeyed(digest string) bool {
+	for _, name := range settingsKeyed {
+		if d, err := Digest(name); err == nil && d == digest {
+			return true
+		}
+	}
+	return false
 }
 
 // Names lists the built-in modules compiled into this binary, sorted.
