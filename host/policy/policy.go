@@ -140,6 +140,13 @@ type Spec struct {
 	// policy with another's settings. Ignored for executionMode wasi, opa and
 	// gatekeeper modules.
 	ShareInstances bool
+	// ShareGroup narrows ShareInstances: policies share a pool only with
+	// policies of the same ShareGroup. A guest may keep answers of host calls
+	// between calls (the MutatingAdmissionPolicy built-in keeps whether its
+	// paramKind is namespaced), so host/server puts the policy's grants
+	// (contextAwareResources, hostCapabilities) here: a policy then only meets
+	// answers it would have got itself.
+	ShareGroup string
 	// MaxResponseBytes caps the policy's answer (DefaultMaxResponseBytes when zero).
 	MaxResponseBytes int
 	// HostCalls answers host calls other than logging. Nil answers them with an error.
@@ -222,7 +229,7 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	p := h.newPolicy(s, md, settings)
 	p.mod = mod
 	if s.ShareInstances {
-		sp, err := h.acquirePool(p.withHostCalls(ctx), mod, size)
+		sp, err := h.acquirePool(p.withHostCalls(ctx), mod, size, s.ShareGroup)
 		if err != nil {
 			mod.Release()
 			return nil, fmt.Errorf("policy %s: %w", s.ID, err)

@@ -7,13 +7,14 @@ import (
 )
 
 // sharedKey identifies a pool shared by policies (Spec.ShareInstances): the
-// module's digest and memory limit, as for the compiled module, and the pool
+// module's digest and memory limit, as for the compiled module, the pool
 // size, so that a reload that changes the size (serve's --workers) starts a
-// pool of the new size rather than joining the old one.
+// pool of the new size rather than joining the old one, and Spec.ShareGroup.
 type sharedKey struct {
 	digest string
 	memCap uint64
 	size   int
+	group  string
 }
 
 // sharedPool is a pool of instances used by every policy that loaded with
@@ -36,11 +37,12 @@ func (h *Host) SharedPools() int {
 	return len(h.shared)
 }
 
-// acquirePool returns the shared pool of mod for pools of size instances,
-// creating it (with one instance started with ctx) when no policy uses one.
+// acquirePool returns the shared pool of mod for pools of size instances and
+// the share group, creating it (with one instance started with ctx) when no
+// policy uses one.
 // Every successful acquirePool must be matched by a releasePool.
-func (h *Host) acquirePool(ctx context.Context, mod *wasm.Module, size int) (*sharedPool, error) {
-	key := sharedKey{digest: mod.Digest(), memCap: mod.MemoryLimitBytes(), size: size}
+func (h *Host) acquirePool(ctx context.Context, mod *wasm.Module, size int, group string) (*sharedPool, error) {
+	key := sharedKey{digest: mod.Digest(), memCap: mod.MemoryLimitBytes(), size: size, group: group}
 	h.mu.Lock()
 	if sp, ok := h.shared[key]; ok {
 		sp.refs++

@@ -158,7 +158,7 @@ func TestSharedPoolPerPolicy(t *testing.T) {
 // TestSharedPoolLifetime checks that the shared pool lives while any of its
 // policies does: closing one (twice) leaves the others working, a policy
 // loaded later joins it, closing the last releases the pool and the module;
-// policies without ShareInstances, or of another pool size or memory limit,
+// policies without ShareInstances, or of another pool size or share group,
 // get pools of their own.
 func TestSharedPoolLifetime(t *testing.T) {
 	h, _ := newHost(t)
@@ -183,9 +183,17 @@ func TestSharedPoolLifetime(t *testing.T) {
 	if n := h.SharedPools(); n != 2 {
 		t.Fatalf("%d shared pools, want 2 (pool sizes 2 and 3)", n)
 	}
+	grouped, err := h.Load(ctx, policy.Spec{ID: "other-group", Module: testfixture.Module(t, "test/testdata/policies/misbehave"), PoolSize: 2, ShareInstances: true, ShareGroup: "v1/ConfigMap,"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.SharedPools(); n != 3 {
+		t.Fatalf("%d shared pools, want 3 (share groups \"\" and \"v1/ConfigMap,\")", n)
+	}
 	other.Close(ctx)
+	grouped.Close(ctx)
 	if n := h.SharedPools(); n != 1 {
-		t.Fatalf("%d shared pools after closing the only policy of size 3, want 1", n)
+		t.Fatalf("%d shared pools after closing the only policies of size 3 and of another group, want 1", n)
 	}
 
 	a.Close(ctx)

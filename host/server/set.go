@@ -272,6 +272,18 @@ func (s *policySet) keepLoaded(prev *policySet) {
 func unitKey(id, digest string, settings json.RawMessage, timeout time.Duration, o *config.Options, car []config.ContextAwareResource, caps []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00", id, digest, settings, timeout, o.MemoryLimitBytes, o.Workers)
+	b.WriteString(grantsKey(car, caps))
+	return b.String()
+}
+
+// grantsKey identifies what a policy's host calls may reach: its
+// contextAwareResources and hostCapabilities. Policies that share instances
+// share them only with policies of the same grants (policy.Spec.ShareGroup):
+// a guest may keep host-call answers between calls (the MutatingAdmissionPolicy
+// built-in keeps the scope of its paramKind), which are the same for every
+// policy with the same grants.
+func grantsKey(car []config.ContextAwareResource, caps []string) string {
+	var b strings.Builder
 	for _, r := range car {
 		b.WriteString(r.APIVersion + "/" + r.Kind + ",")
 	}
@@ -370,6 +382,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			spec := policy.Spec{
 				ID: u.id, Module: f.wasm, Digest: f.digest, Settings: u.settings, Timeout: timeout,
 				MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
+				ShareGroup: grantsKey(car, caps),
 			}
 			var err error
 			if hc := hostCallsOf(l); hc != nil {

@@ -13,7 +13,8 @@ import (
 
 // TestSharedInstancesAcrossReloads: policies whose module the loader marks
 // as sharing instances (HostLoader.ShareInstances, here the misbehave module,
-// which keeps no state between calls) draw from one pool; a reload that
+// which keeps no state between calls) draw from one pool per grants
+// (contextAwareResources, hostCapabilities); a reload that
 // changes one of them replaces that policy only, the pool staying with the
 // policy the reload reused; a reload that drops them all releases the pool
 // and the module once the old set drained.
@@ -27,7 +28,8 @@ func TestSharedInstancesAcrossReloads(t *testing.T) {
 		return fmt.Sprintf("%s:\n  module: %s\n  settings: {behaviour: %s}\n", id, misbehave, behaviour)
 	}
 	labels := fmt.Sprintf("labels:\n  module: %s\n  settings: {mandatory_labels: [owner]}\n", wasmPath(t, "examples/required-labels"))
-	h := start(t, harnessOpts{policies: entry("first", "accept") + entry("second", "log") + labels, loader: l})
+	granted := entry("granted", "accept") + "  contextAwareResources: [{apiVersion: v1, kind: Namespace}]\n"
+	h := start(t, harnessOpts{policies: entry("first", "accept") + entry("second", "log") + granted + labels, loader: l})
 	allowed := func(id string) {
 		t.Helper()
 		if _, r := h.review("/validate/"+id, reviewFor(id, "CREATE", "default", pod(map[string]string{"owner": "x"}))); !r.Allowed {
@@ -37,13 +39,14 @@ func TestSharedInstancesAcrossReloads(t *testing.T) {
 	allowed("first")
 	allowed("second")
 	allowed("labels")
-	if n := host.SharedPools(); n != 1 {
-		t.Fatalf("%d shared pools, want 1 (labels has a pool of its own)", n)
+	allowed("granted")
+	if n := host.SharedPools(); n != 2 {
+		t.Fatalf("%d shared pools, want 2 (first and second; granted, whose grants differ; labels has a pool of its own)", n)
 	}
 	loads := l.loads.Load()
 
 	// first now traps: it is loaded again, second is reused, the pool stays.
-	writeFile(t, h.pfile, entry("first", "trap")+entry("second", "log")+labels)
+	writeFile(t, h.pfile, entry("first", "trap")+entry("second", "log")+granted+labels)
 	if err := h.srv.Reload(context.Background(), "test", false); err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +60,8 @@ func TestSharedInstancesAcrossReloads(t *testing.T) {
 		}
 		allowed("second")
 	}
-	if n := host.SharedPools(); n != 1 {
-		t.Fatalf("%d shared pools after reloading one of its policies, want 1", n)
+	if n := host.SharedPools(); n != 2 {
+		t.Fatalf("%d shared pools after reloading one of their policies, want 2", n)
 	}
 
 	// Neither left: the pool and the module go once the old set drained.
