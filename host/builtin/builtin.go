@@ -62,29 +62,37 @@ func Module(name string) ([]byte, error) {
 // MutatingAdmissionPolicy). Without that file, or when its size is not the
 // module's, the digest is computed once per process.
 func Digest(name string) (string, error) {
-	b, err := Module(name)
-	if err != nil {
+	// Stat, not Module: reading an embedded file copies it (66 MB).
+	st, err := fs.Stat(modules, "modules/"+name+".wasm")
+	if err != nil || strings.ContainsAny(name, "/\\.") {
+		_, err := Module(name) // its error
 		return "", err
 	}
-	if d, ok := embeddedDigest(name, len(b)); ok {
+	if d, ok := embeddedDigest(name, st.Size()); ok {
 		return d, nil
 	}
-	v, _ := computed.LoadOrStore(name, sync.OnceValue(func() string { return digestOf(b) }))
-	return v.(func() string)(), nil
+	v, _ := computed.LoadOrStore(name, sync.OnceValues(func() (string, error) {
+		b, err := Module(name)
+		if err != nil {
+			return "", err
+		}
+		return digestOf(b), nil
+	}))
+	return v.(func() (string, error))()
 }
 
 // computed holds, by module name, the digests computed in this process.
-var computed sync.Map // string -> func() string
+var computed sync.Map // string -> func() (string, error)
 
 // embeddedDigest reads modules/NAME.wasm.sha256: "sha256:<64 hex> <size>".
-func embeddedDigest(name string, size int) (string, bool) {
+func embeddedDigest(name string, size int64) (string, bool) {
 	f, err := modules.ReadFile("modules/" + name + ".wasm.sha256")
 	if err != nil {
 		return "", false
 	}
 	d, n, ok := strings.Cut(strings.TrimSpace(string(f)), " ")
 	hexPart, isSHA := strings.CutPrefix(d, "sha256:")
-	if !ok || !isSHA || len(hexPart) != 64 || strconv.Itoa(size) != n {
+	if !ok || !isSHA || len(hexPart) != 64 || strconv.FormatInt(size, 10) != n {
 		return "", false
 	}
 	if _, err := hex.DecodeString(hexPart); err != nil || strings.ToLower(hexPart) != hexPart {
