@@ -232,3 +232,62 @@ func TestSharedMAPPolicies(t *testing.T) {
 		t.Fatalf("%d modules after closing every policy, want 0", n)
 	}
 }
+
+// TestSharedGatekeeperMutationPolicies runs gatekeeper-mutation policies of
+// three settings through the one pool their built-in module shares,
+// concurrently: each answer is byte for byte the answer of the same policy
+// loaded with a pool of its own, and carries its own settings' value.
+func TestSharedGatekeeperMutationPolicies(t *testing.T) {
+	h, _ := newHost(t)
+	ctx := context.Background()
+	module := testfixture.Module(t, "policies/gatekeeper-mutation")
+	base := string(testfixture.File(t, "policies/gatekeeper-mutation/testdata/settings-bench.json"))
+	request := testfixture.File(t, "test/testdata/reviews/pod.json")
+	settingsOf := func(i int) json.RawMessage {
+		return json.RawMessage(strings.ReplaceAll(base, `"tollgate"`, fmt.Sprintf(`"tollgate-%d"`, i)))
+	}
+	const n = 3
+	var want [n][]byte
+	var shared [n]*policy.Policy
+	for i := 0; i < n; i++ {
+		own := load(t, h, policy.Spec{ID: fmt.Sprintf("own-%d", i), Module: module, Settings: settingsOf(i), PoolSize: 2})
+		res, err := own.Validate(ctx, request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(res.Patch, []byte(fmt.Sprintf(`"tollgate-%d"`, i))) {
+			t.Fatalf("own-%d: the patch lacks its settings' value: %s", i, res.Patch)
+		}
+		want[i] = res.Patch
+		shared[i] = load(t, h, policy.Spec{ID: fmt.Sprintf("gk-%d", i), Module: module, Settings: settingsOf(i), PoolSize: 2, ShareInstances: true})
+	}
+	if n := h.SharedPools(); n != 1 {
+		t.Fatalf("%d shared pools, want 1", n)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for round := 0; round < 2; round++ {
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < 20; j++ {
+					res, err := shared[i].Validate(ctx, request)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if !bytes.Equal(res.Patch, want[i]) {
+						errs <- fmt.Errorf("gk-%d: patch\n%s\nwant\n%s", i, res.Patch, want[i])
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
