@@ -117,7 +117,7 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		// registry clients read credentials from $DOCKER_CONFIG/config.json
 		os.Setenv("DOCKER_CONFIG", filepath.Dir(o.DockerConfigJSONPath))
 	}
-	loader := &server.HostLoader{Host: host, Resolver: resolveWith(resolver, cfg.Sources)}
+	loader := &server.HostLoader{Host: host, Resolver: resolveWith(resolver, cfg.Sources), ShareInstances: shareInstances}
 
 	var tlsCfg *tls.Config
 	var certs *server.CertReloader
@@ -286,7 +286,7 @@ func policyIDs(cfg *config.Config) string {
 // modules under builtin://examples/ and sources.yml applied to http(s)://.
 func serveResolver(src config.Sources) (*module.Resolver, error) {
 	r := newResolver()
-	prev := r.Builtin
+	prev, prevDigest := r.Builtin, r.BuiltinDigest
 	r.Builtin = func(name string) ([]byte, error) {
 		if strings.HasPrefix(name, demo.Prefix) {
 			return demo.Module(name)
@@ -295,6 +295,12 @@ func serveResolver(src config.Sources) (*module.Resolver, error) {
 			return prev(name)
 		}
 		return nil, fmt.Errorf("no built-in module %q", name)
+	}
+	r.BuiltinDigest = func(name string) (string, error) {
+		if strings.HasPrefix(name, demo.Prefix) || prevDigest == nil {
+			return "", nil // hashed by the loader
+		}
+		return prevDigest(name)
 	}
 	if len(src.InsecureSources) == 0 && len(src.SourceAuthorities) == 0 {
 		return r, nil
@@ -361,27 +367,42 @@ func serveResolver(src config.Sources) (*module.Resolver, error) {
 
 // resolveWith fetches a module, allowing plain http:// only for the insecure
 // sources of sources.yml.
-func resolveWith(r *module.Resolver, src config.Sources) server.ResolverFunc {
+func resolveWith(r *module.Resolver, src config.Sources) serveModules {
 	insecure := map[string]bool{}
 	for _, h := range src.InsecureSources {
 		insecure[h] = true
 	}
-	return func(ctx context.Context, uri string) ([]byte, error) {
-		if strings.HasPrefix(uri, "http://") {
-			u, err := url.Parse(uri)
-			if err != nil {
-				return nil, err
-			}
-			if !insecure[u.Host] && !insecure[u.Hostname()] {
-				return nil, fmt.Errorf("%w %q: plain http:// is allowed only for hosts listed in sources.yml insecure_sources", module.ErrFetch, uri)
-			}
-		}
-		m, err := r.Resolve(ctx, uri)
+	return serveModules{r: r, insecure: insecure}
+}
+
+// serveModules is serve's server.DigestResolver: the digest of a built-in
+// module comes with it (host/builtin.Digest), so that a start or reload does
+// not hash the module.
+type serveModules struct {
+	r        *module.Resolver
+	insecure map[string]bool
+}
+
+func (s serveModules) Resolve(ctx context.Context, uri string) ([]byte, error) {
+	b, _, err := s.ResolveDigest(ctx, uri)
+	return b, err
+}
+
+func (s serveModules) ResolveDigest(ctx context.Context, uri string) ([]byte, string, error) {
+	if strings.HasPrefix(uri, "http://") {
+		u, err := url.Parse(uri)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		return m.Wasm, nil
+		if !s.insecure[u.Host] && !s.insecure[u.Hostname()] {
+			return nil, "", fmt.Errorf("%w %q: plain http:// is allowed only for hosts listed in sources.yml insecure_sources", module.ErrFetch, uri)
+		}
 	}
+	m, err := s.r.Resolve(ctx, uri)
+	if err != nil {
+		return nil, "", err
+	}
+	return m.Wasm, m.Digest, nil
 }
 
 // runDemo sends the sample requests to the server and prints the answers.

@@ -2,7 +2,10 @@ package builtin
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -38,5 +41,62 @@ func TestNamesAreKnown(t *testing.T) {
 		if !slices.Contains(Known, n) {
 			t.Errorf("embedded module %q is not in Known", n)
 		}
+	}
+}
+
+// TestDigest checks that the digest Digest gives (from the .sha256 file that
+// scripts/embed-builtins.sh embeds, or computed) is the digest of the
+// module's bytes, and that an unknown name is an error.
+func TestDigest(t *testing.T) {
+	for _, name := range Names() {
+		b, err := Module(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "sha256:" + fmt.Sprintf("%x", sha256.Sum256(b))
+		got, err := Digest(name)
+		if err != nil {
+			t.Fatalf("Digest(%q): %v", name, err)
+		}
+		if got != want {
+			t.Fatalf("Digest(%q) = %s, the module's bytes hash to %s: run scripts/embed-builtins.sh", name, got, want)
+		}
+		if _, ok := embeddedDigest(name, int64(len(b))); !ok {
+			t.Errorf("modules/%s.wasm.sha256 is missing or stale: the digest is computed at every start (run scripts/embed-builtins.sh)", name)
+		}
+		if IsSettingsKeyed(got) != SettingsKeyed(name) {
+			t.Errorf("IsSettingsKeyed(digest of %s) = %v, SettingsKeyed = %v", name, IsSettingsKeyed(got), SettingsKeyed(name))
+		}
+	}
+	// With the .sha256 files, a digest costs no read of the module (which
+	// copies it: 66 MB for the MutatingAdmissionPolicy at every policy load).
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 0; i < 10; i++ {
+		for _, name := range Names() {
+			IsSettingsKeyed("sha256:" + strings.Repeat("0", 64))
+			_, _ = Digest(name)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("digests allocated %d bytes: the modules were read", n)
+	}
+	if _, err := Digest("nope"); !errors.Is(err, ErrNotBuiltin) {
+		t.Fatalf("Digest(nope): %v", err)
+	}
+	if IsSettingsKeyed("sha256:" + strings.Repeat("0", 64)) {
+		t.Fatal("IsSettingsKeyed: true for a digest of no built-in module")
+	}
+}
+
+func TestEmbeddedDigestRejects(t *testing.T) {
+	name := "mutating-admission-policy"
+	if !slices.Contains(Names(), name) {
+		t.Skip("built-in module not in this binary")
+	}
+	b, _ := Module(name)
+	if _, ok := embeddedDigest(name, int64(len(b))+1); ok {
+		t.Fatal("embeddedDigest accepted a .sha256 file whose size is not the module's")
 	}
 }

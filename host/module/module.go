@@ -41,6 +41,9 @@ type Resolver struct {
 	Registry RegistryFetcher
 	// Builtin handles builtin:// URIs. Nil makes them an error.
 	Builtin BuiltinFunc
+	// BuiltinDigest gives the digest of a built-in module without hashing
+	// it (Module.Digest), "" when it does not know it. Nil: none is known.
+	BuiltinDigest func(name string) (string, error)
 	// MaxBytes caps a module's size (0 means 512 MiB).
 	MaxBytes int64
 }
@@ -52,8 +55,12 @@ const DefaultMaxBytes = 512 << 20
 type Module struct {
 	URI  string
 	Wasm []byte
-	// Digest is the registry manifest digest for registry:// modules, empty otherwise.
+	// ManifestDigest is the registry manifest digest for registry:// modules, empty otherwise.
 	ManifestDigest string
+	// Digest is the sha256 digest of Wasm ("sha256:<hex>") when the resolver
+	// knows it without hashing the bytes (built-in modules, see
+	// Resolver.BuiltinDigest), empty otherwise.
+	Digest string
 }
 
 // Resolve fetches the module named by uri.
@@ -80,11 +87,18 @@ func (r *Resolver) Resolve(ctx context.Context, uri string) (*Module, error) {
 		if r.Builtin == nil {
 			return nil, fmt.Errorf("%w %q: no built-in modules are available", ErrFetch, uri)
 		}
-		b, err := r.Builtin(strings.TrimSuffix(rest, "/"))
+		name := strings.TrimSuffix(rest, "/")
+		b, err := r.Builtin(name)
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: %w", ErrFetch, uri, err)
 		}
-		return &Module{URI: uri, Wasm: b}, nil
+		m := &Module{URI: uri, Wasm: b}
+		if r.BuiltinDigest != nil {
+			if d, err := r.BuiltinDigest(name); err == nil {
+				m.Digest = d
+			}
+		}
+		return m, nil
 	case "registry":
 		if r.Registry == nil {
 			return nil, fmt.Errorf("%w %q: registry:// modules are not supported by this build", ErrFetch, uri)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
@@ -53,6 +54,9 @@ type HostOptions struct {
 type Host struct {
 	engine *wasm.Engine
 	logger *slog.Logger
+
+	mu     sync.Mutex
+	shared map[sharedKey]*sharedPool
 }
 
 // NewHost creates a Host.
@@ -65,7 +69,7 @@ func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Host{engine: e, logger: logger}, nil
+	return &Host{engine: e, logger: logger, shared: map[sharedKey]*sharedPool{}}, nil
 }
 
 // Modules is how many distinct compiled modules the host holds (policies
@@ -121,6 +125,28 @@ type Spec struct {
 	MemoryLimitBytes uint64
 	// PoolSize is the most instances kept (GOMAXPROCS when zero).
 	PoolSize int
+	// ShareInstances makes the policy draw its instances from one pool
+	// shared with every other loaded policy that sets it, of the same module
+	// digest, memory limit and PoolSize, instead of a pool of its own: N such
+	// policies keep PoolSize instances, not N x PoolSize. Each evaluation
+	// still carries the policy's own settings, deadline and host calls, and
+	// its errors and logs name the policy; a trap or deadline replaces the
+	// instance that hit it, for all of them. The pool lives until the last of
+	// them is closed.
+	//
+	// Set it only for a module whose guest keeps nothing between calls but
+	// what it derives from the settings it receives with each call, keyed by
+	// them (host/builtin.SettingsKeyed): any other module may answer one
+	// policy with another's settings. Ignored for executionMode wasi, opa and
+	// gatekeeper modules.
+	ShareInstances bool
+	// ShareGroup narrows ShareInstances: policies share a pool only with
+	// policies of the same ShareGroup. A guest may keep answers of host calls
+	// between calls (the MutatingAdmissionPolicy built-in keeps whether its
+	// paramKind is namespaced), so host/server puts the policy's grants
+	// (contextAwareResources, hostCapabilities) here: a policy then only meets
+	// answers it would have got itself.
+	ShareGroup string
 	// MaxResponseBytes caps the policy's answer (DefaultMaxResponseBytes when zero).
 	MaxResponseBytes int
 	// HostCalls answers host calls other than logging. Nil answers them with an error.
@@ -161,6 +187,11 @@ type Policy struct {
 	// inlineHostCalls: Spec.HostCallsInline.
 	inlineHostCalls bool
 	logger          *slog.Logger
+	// shared is the pool the policy shares with others (Spec.ShareInstances),
+	// nil when pool is its own; host and leave give it back on Close.
+	shared *sharedPool
+	host   *Host
+	leave  sync.Once
 
 	// rego is the module of an executionMode opa or gatekeeper policy (opa.go).
 	rego *regoPolicy
@@ -197,12 +228,21 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	}
 	p := h.newPolicy(s, md, settings)
 	p.mod = mod
-	pool, err := mod.NewPool(p.withHostCalls(ctx), size)
-	if err != nil {
-		mod.Release()
-		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+	if s.ShareInstances {
+		sp, err := h.acquirePool(p.withHostCalls(ctx), mod, size, s.ShareGroup)
+		if err != nil {
+			mod.Release()
+			return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+		}
+		p.pool, p.shared, p.host = sp.pool, sp, h
+	} else {
+		pool, err := mod.NewPool(p.withHostCalls(ctx), size)
+		if err != nil {
+			mod.Release()
+			return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+		}
+		p.pool = pool
 	}
-	p.pool = pool
 	if err := p.validateSettings(ctx); err != nil {
 		p.Close(ctx)
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
@@ -285,8 +325,9 @@ func (p *Policy) Settings() json.RawMessage { return p.settings }
 // Timeout is the evaluation deadline.
 func (p *Policy) Timeout() time.Duration { return p.timeout }
 
-// Instances is how many instances are alive now, and the most the pool keeps.
-// For a wasi policy: the instances kept started ahead of demand.
+// Instances is how many instances are alive now, and the most the pool keeps
+// (of the shared pool for a policy with Spec.ShareInstances). For a wasi
+// policy: the instances kept started ahead of demand.
 func (p *Policy) Instances() (live, size int) {
 	if p.wasi != nil {
 		return p.aheadSize, p.aheadSize
@@ -307,9 +348,18 @@ func (p *Policy) Close(ctx context.Context) {
 		_ = p.rego.mod.Close(ctx)
 		return
 	}
-	p.pool.Close(ctx)
+	if p.shared != nil {
+		// Only the first Close gives back the policy's place in the pool.
+		p.leave.Do(func() { p.host.releasePool(ctx, p.shared) })
+	} else {
+		p.pool.Close(ctx)
+	}
 	p.mod.Release()
 }
+
+// SharesInstances reports whether the policy's instances come from a pool
+// shared with other policies (Spec.ShareInstances).
+func (p *Policy) SharesInstances() bool { return p.shared != nil }
 
 // Result is a policy's answer to one request.
 type Result struct {

@@ -41,6 +41,15 @@ type Resolver interface {
 	Resolve(ctx context.Context, uri string) ([]byte, error)
 }
 
+// DigestResolver is a Resolver that also gives the sha256 digest of a
+// module ("sha256:<hex>") when it knows it without hashing the bytes
+// (built-in modules), "" when it does not. HostLoader uses it when its
+// Resolver implements it; the digest is trusted (policy.Spec.Digest).
+type DigestResolver interface {
+	Resolver
+	ResolveDigest(ctx context.Context, uri string) (wasm []byte, digest string, err error)
+}
+
 // ResolverFunc adapts a function to Resolver.
 type ResolverFunc func(ctx context.Context, uri string) ([]byte, error)
 
@@ -62,6 +71,12 @@ type HostLoader struct {
 	// Rego policy's data (policy.Spec.Cluster). Nil: Rego policies get no
 	// cluster data.
 	Cluster ClusterFunc
+	// ShareInstances, when set, reports whether the module of a digest keeps
+	// all its state between calls keyed by the settings of each call
+	// (host/builtin.IsSettingsKeyed): the policies of that module then draw
+	// their instances from one pool (policy.Spec.ShareInstances). Nil: every
+	// policy has a pool of its own.
+	ShareInstances func(digest string) bool
 }
 
 // ClusterFunc makes a policy's view of the cluster (see HostLoader.Cluster).
@@ -88,8 +103,19 @@ func hostCallsOf(l Loader) HostCallsFunc {
 	return nil
 }
 
-// Resolve fetches the module and digests it.
+// Resolve fetches the module and digests it (unless the resolver knows the
+// digest, see DigestResolver).
 func (l *HostLoader) Resolve(ctx context.Context, uri string) ([]byte, string, error) {
+	if dr, ok := l.Resolver.(DigestResolver); ok {
+		b, d, err := dr.ResolveDigest(ctx, uri)
+		if err != nil {
+			return nil, "", err
+		}
+		if d == "" {
+			d = wasm.Digest(b)
+		}
+		return b, d, nil
+	}
 	b, err := l.Resolver.Resolve(ctx, uri)
 	if err != nil {
 		return nil, "", err
@@ -99,6 +125,9 @@ func (l *HostLoader) Resolve(ctx context.Context, uri string) ([]byte, string, e
 
 // Load loads a policy.
 func (l *HostLoader) Load(ctx context.Context, spec policy.Spec) (Evaluator, error) {
+	if l.ShareInstances != nil && spec.Digest != "" && l.ShareInstances(spec.Digest) {
+		spec.ShareInstances = true
+	}
 	p, err := l.Host.Load(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -243,6 +272,18 @@ func (s *policySet) keepLoaded(prev *policySet) {
 func unitKey(id, digest string, settings json.RawMessage, timeout time.Duration, o *config.Options, car []config.ContextAwareResource, caps []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%d\x00%d\x00%d\x00", id, digest, settings, timeout, o.MemoryLimitBytes, o.Workers)
+	b.WriteString(grantsKey(car, caps))
+	return b.String()
+}
+
+// grantsKey identifies what a policy's host calls may reach: its
+// contextAwareResources and hostCapabilities. Policies that share instances
+// share them only with policies of the same grants (policy.Spec.ShareGroup):
+// a guest may keep host-call answers between calls (the MutatingAdmissionPolicy
+// built-in keeps the scope of its paramKind), which are the same for every
+// policy with the same grants.
+func grantsKey(car []config.ContextAwareResource, caps []string) string {
+	var b strings.Builder
 	for _, r := range car {
 		b.WriteString(r.APIVersion + "/" + r.Kind + ",")
 	}
@@ -341,6 +382,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			spec := policy.Spec{
 				ID: u.id, Module: f.wasm, Digest: f.digest, Settings: u.settings, Timeout: timeout,
 				MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
+				ShareGroup: grantsKey(car, caps),
 			}
 			var err error
 			if hc := hostCallsOf(l); hc != nil {

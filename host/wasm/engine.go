@@ -87,7 +87,7 @@ type moduleKey struct {
 
 type moduleEntry struct {
 	ready chan struct{}
-	mod   *Module
+	mod   *compiledModule
 	err   error
 	refs  int
 }
@@ -200,22 +200,24 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 			e.release(key, ent)
 			return nil, ent.err
 		}
-		return ent.mod, nil
+		return e.reference(key, ent), nil
 	}
 	ent := &moduleEntry{ready: make(chan struct{}), refs: 1}
 	e.modules[key] = ent
 	e.mu.Unlock()
 
 	ent.mod, ent.err = e.compile(ctx, wasm, key, exports)
-	if ent.mod != nil {
-		ent.mod.release = func() { e.release(key, ent) }
-	}
 	close(ent.ready)
 	if ent.err != nil {
 		e.release(key, ent)
 		return nil, ent.err
 	}
-	return ent.mod, nil
+	return e.reference(key, ent), nil
+}
+
+// reference is a new Module for one reference (refs) to ent.
+func (e *Engine) reference(key moduleKey, ent *moduleEntry) *Module {
+	return &Module{compiledModule: ent.mod, release: func() { e.release(key, ent) }}
 }
 
 func (e *Engine) release(key moduleKey, ent *moduleEntry) {
@@ -231,10 +233,10 @@ func (e *Engine) release(key moduleKey, ent *moduleEntry) {
 	}
 }
 
-func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, exports []wasmbin.Export) (*Module, error) {
+func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, exports []wasmbin.Export) (*compiledModule, error) {
 	logger := e.logger.With("module", key.digest[:19])
-	newModule := func(wm wapc.Module, interrupt string, cache wazero.CompilationCache) *Module {
-		return &Module{
+	newModule := func(wm wapc.Module, interrupt string, cache wazero.CompilationCache) *compiledModule {
+		return &compiledModule{
 			wm:        wm.(*wapcwazero.Module),
 			cache:     cache,
 			digest:    key.digest,
@@ -245,7 +247,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	}
 	// uninstrumented compiles the module as given, bounded by wazero's
 	// close-on-context-done, with the engine's compilation cache.
-	uninstrumented := func() (*Module, error) {
+	uninstrumented := func() (*compiledModule, error) {
 		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
 		if err != nil {
 			return nil, err

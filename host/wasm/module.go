@@ -17,8 +17,9 @@ import (
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 )
 
-// Module is a compiled waPC module, shared by every pool created from it.
-type Module struct {
+// compiledModule is a compiled waPC module, shared by every reference to it
+// (Module) and every pool created from them.
+type compiledModule struct {
 	wm *wapcwazero.Module
 	// cache is the module's own compilation cache (load cache), closed with it; nil when it uses the engine's.
 	cache   wazero.CompilationCache
@@ -29,11 +30,18 @@ type Module struct {
 	// (wasmbin.Instrument), or "" when the module runs with wazero's
 	// close-on-context-done.
 	interrupt string
-	release   func()
-	once      sync.Once
 }
 
-func (m *Module) close(ctx context.Context) {
+// Module is one reference to a compiled waPC module: Engine.Compile returns
+// a new one each time, all sharing the module compiled once per digest and
+// memory limit, which is closed when the last reference is released.
+type Module struct {
+	*compiledModule
+	release func()
+	once    sync.Once
+}
+
+func (m *compiledModule) close(ctx context.Context) {
 	_ = m.wm.Close(ctx)
 	if m.cache != nil {
 		_ = m.cache.Close(ctx)
@@ -50,8 +58,9 @@ func (m *Module) Interruptible() bool { return m.interrupt != "" }
 // MemoryLimitBytes is the linear-memory cap of this module's instances.
 func (m *Module) MemoryLimitBytes() uint64 { return m.memCap }
 
-// Release gives back the reference taken by Engine.Compile. The module is
-// closed when its last reference is released; pools must be closed first.
+// Release gives back the reference taken by Engine.Compile (a second Release
+// of the same reference does nothing). The module is closed when its last
+// reference is released; pools must be closed first.
 func (m *Module) Release() { m.once.Do(m.release) }
 
 // HostCallHandler answers a guest's waPC host call. It must return when ctx is

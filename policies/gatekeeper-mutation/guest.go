@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"container/list"
 	"strings"
 
 	wapc "github.com/wapc/wapc-guest-tinygo"
@@ -48,24 +49,55 @@ type hostError string
 
 func (e hostError) Error() string { return string(e) }
 
-// The guest keeps the last compiled settings: the host sends the same
-// settings with every request, and compiling 500 mutators per request would
-// cost more than the mutation.
-var (
-	lastSettings []byte
-	lastSystem   *engine.System
-)
+// The guest keeps the compiled settings of the policies it answered last:
+// the host sends the settings with every request, and compiling 500 mutators
+// per request would cost more than the mutation. The host shares one pool of
+// instances between all the policies of this module
+// (policy.Spec.ShareInstances), so an instance answers policies of several
+// settings one after another: it keeps up to maxCachedSettings of them, the
+// least recently used evicted. A System depends on its settings alone, so an
+// evicted one is compiled again when its settings come back: slower, never a
+// different answer.
+var compiled struct {
+	byKey map[string]*list.Element // string(settings) -> element of lru
+	lru   list.List                // of *compiledSystem, most recently used first
+}
+
+type compiledSystem struct {
+	settings string
+	system   *engine.System
+}
+
+// maxCachedSettings bounds the compiled settings an instance keeps. They are
+// small: 40 distinct copies of the five-mutator bench settings
+// (testdata/settings-bench.yaml) fit in the 1 MB of linear memory an instance
+// has after its first call.
+const maxCachedSettings = 64
 
 func system(settings []byte) (*engine.System, error) {
-	if lastSystem != nil && bytes.Equal(settings, lastSettings) {
-		return lastSystem, nil
+	if f := compiled.lru.Front(); f != nil {
+		if c := f.Value.(*compiledSystem); c.settings == string(settings) {
+			return c.system, nil
+		}
+	}
+	if el, ok := compiled.byKey[string(settings)]; ok {
+		compiled.lru.MoveToFront(el)
+		return el.Value.(*compiledSystem).system, nil
 	}
 	s, err := engine.Compile(settings)
 	if err != nil {
 		return nil, err
 	}
-	lastSettings = append(lastSettings[:0], settings...)
-	lastSystem = s
+	if compiled.byKey == nil {
+		compiled.byKey = map[string]*list.Element{}
+	}
+	for compiled.lru.Len() >= maxCachedSettings {
+		last := compiled.lru.Back()
+		delete(compiled.byKey, last.Value.(*compiledSystem).settings)
+		compiled.lru.Remove(last)
+	}
+	c := &compiledSystem{settings: string(settings), system: s}
+	compiled.byKey[c.settings] = compiled.lru.PushFront(c)
 	return s, nil
 }
 

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -105,5 +106,57 @@ func TestValidateAuthorizer(t *testing.T) {
 		if got := strings.Contains(string(r.MutatedObject), `"name":"mesh-proxy"`); got != c.injected {
 			t.Errorf("%s: sidecar injected %v, want %v (%s)", c.request, got, c.injected, r.MutatedObject)
 		}
+	}
+}
+
+// TestEngineCacheEvicts fills the cache of compiled policies past
+// maxCachedSettings, cycling through more distinct settings than it holds:
+// every answer is the one of its own settings (the sidecar image of that
+// settings), whether its engine was cached or compiled again after eviction.
+func TestEngineCacheEvicts(t *testing.T) {
+	base := string(readJSON(t, "testdata/sidecar-settings.yml"))
+	if !strings.Contains(base, "mesh/proxy:v1.0.0") {
+		t.Fatal("testdata/sidecar-settings.yml no longer names the image mesh/proxy:v1.0.0")
+	}
+	request := readJSON(t, "testdata/pod.json")
+	n := maxCachedSettings + 3
+	settingsOf := func(i int) []byte {
+		return []byte(strings.ReplaceAll(base, "mesh/proxy:v1.0.0", fmt.Sprintf("mesh/proxy:v9.%d", i)))
+	}
+	first, err := engineFor(settingsOf(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 2; round++ {
+		for i := 0; i < n; i++ {
+			payload, _ := json.Marshal(protocol.ValidationRequest{Request: request, Settings: settingsOf(i)})
+			out, err := guest.Invoke("validate", payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r protocol.ValidationResponse
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf(`"image":"mesh/proxy:v9.%d"`, i); !r.Accepted || !strings.Contains(string(r.MutatedObject), want) {
+				t.Fatalf("round %d, settings %d: want %s in %s", round, i, want, out)
+			}
+		}
+	}
+	compiled.Lock()
+	held := compiled.lru.Len()
+	compiled.Unlock()
+	if held != maxCachedSettings {
+		t.Fatalf("%d compiled policies cached, want %d", held, maxCachedSettings)
+	}
+	again, err := engineFor(settingsOf(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again == first {
+		t.Fatal("the engine of settings 0 was not evicted by later settings")
+	}
+	if e2, _ := engineFor(settingsOf(0)); e2 != again {
+		t.Fatal("settings compiled twice in a row")
 	}
 }
