@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -211,34 +210,8 @@ func TestCapabilitiesServe(t *testing.T) {
 		"  contextAwareResources: [{apiVersion: v1, kind: Namespace}]\n  hostCapabilities: [kubernetes/get_resource]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port, probe := freePort(t), freePort(t)
-	var logs bytes.Buffer
-	srv := exec.CommandContext(ctx, env.bin, "serve", "--policies", pols, "--insecure-http", "--addr", "127.0.0.1",
-		"--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(probe), "--kubeconfig", c.Kubeconfig,
-		"--cache-dir", filepath.Join(env.dir, "wasm-cache"))
-	srv.Stdout, srv.Stderr = &logs, &logs
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_ = srv.Process.Signal(os.Interrupt)
-		_ = srv.Wait()
-		if t.Failed() {
-			t.Logf("serve log:\n%s", logs.String())
-		}
-	}()
-	base, probeURL := fmt.Sprintf("http://127.0.0.1:%d", port), fmt.Sprintf("http://127.0.0.1:%d", probe)
-	eventually(t, 60*time.Second, func() error {
-		resp, err := http.Get(probeURL + "/readiness")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readiness %d", resp.StatusCode)
-		}
-		return nil
-	})
+	srv := startServe(t, ctx, pols)
+	base, probeURL, logs := srv.base, srv.probe, srv.logs
 	review := func(ns string) string {
 		body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-` + ns + `","kind":{"group":"","version":"v1","kind":"Pod"},` +
 			`"resource":{"group":"","version":"v1","resource":"pods"},"operation":"CREATE","namespace":"` + ns + `","userInfo":{"username":"e2e"},` +

@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -85,42 +83,14 @@ func BenchmarkContextAwareList1000(b *testing.B) {
 	const requests = 300
 	for _, maxCached := range []int{10000, 500} {
 		b.Run(fmt.Sprintf("max-cached-objects=%d", maxCached), func(b *testing.B) {
-			port, probe := freePort(b), freePort(b)
-			var logs bytes.Buffer
-			srv := exec.CommandContext(ctx, env.bin, "serve", "--policies", pols, "--insecure-http", "--addr", "127.0.0.1",
-				"--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(probe), "--kubeconfig", env.cluster.Kubeconfig,
-				"--cache-dir", filepath.Join(env.dir, "wasm-cache"), "--max-cached-objects", fmt.Sprint(maxCached))
-			srv.Stdout, srv.Stderr = &logs, &logs
-			if err := srv.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				_ = srv.Process.Signal(os.Interrupt)
-				_ = srv.Wait()
-				if b.Failed() {
-					b.Logf("serve log:\n%s", logs.String())
-				}
-			}()
-			if err := poll(ctx, 2*time.Minute, 100*time.Millisecond, func() error {
-				resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", probe))
-				if err != nil {
-					return err
-				}
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					return fmt.Errorf("readiness %d", resp.StatusCode)
-				}
-				return nil
-			}); err != nil {
-				b.Fatal(err)
-			}
-			ready, err := procMemory(srv.Process.Pid)
+			srv := startServe(b, ctx, pols, "--max-cached-objects", fmt.Sprint(maxCached))
+			ready, err := procMemory(srv.pid)
 			if err != nil {
 				b.Fatal(err)
 			}
 			review := func() time.Duration {
 				t0 := time.Now()
-				resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/unique-ingress-host", port), "application/json", strings.NewReader(body))
+				resp, err := http.Post(srv.base+"/validate/unique-ingress-host", "application/json", strings.NewReader(body))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -141,13 +111,13 @@ func BenchmarkContextAwareList1000(b *testing.B) {
 			for range requests {
 				ds = append(ds, review())
 			}
-			after, err := procMemory(srv.Process.Pid)
+			after, err := procMemory(srv.pid)
 			if err != nil {
 				b.Fatal(err)
 			}
 			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
 			p50, p99 := ds[len(ds)/2], ds[len(ds)*99/100]
-			metrics, err := scrapeMetrics(fmt.Sprintf("127.0.0.1:%d", probe))
+			metrics, err := scrapeMetrics(strings.TrimPrefix(srv.probe, "http://"))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -157,8 +127,8 @@ func BenchmarkContextAwareList1000(b *testing.B) {
 			if maxCached >= namespaces*perNamespace && hits < requests {
 				b.Errorf("cache hits %.0f, want at least %d: the Ingress cache did not serve the lists", hits, requests)
 			}
-			if maxCached < namespaces*perNamespace && !strings.Contains(logs.String(), "more objects than the cache cap") {
-				b.Errorf("the Ingress cache did not give up at its cap of %d:\n%s", maxCached, logs.String())
+			if maxCached < namespaces*perNamespace && !strings.Contains(srv.logs.String(), "more objects than the cache cap") {
+				b.Errorf("the Ingress cache did not give up at its cap of %d:\n%s", maxCached, srv.logs.String())
 			}
 			for b.Loop() { // the measurement is the requests above
 			}

@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,34 +132,8 @@ func TestUniqueIngressHost(t *testing.T) {
 			"  contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]\n  hostCapabilities: [kubernetes/list_resources_all]\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		port, probe := freePort(t), freePort(t)
-		var logs bytes.Buffer
-		srv := exec.CommandContext(ctx, env.bin, "serve", "--policies", pols, "--insecure-http", "--addr", "127.0.0.1",
-			"--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(probe), "--kubeconfig", c.Kubeconfig,
-			"--cache-dir", filepath.Join(env.dir, "wasm-cache"))
-		srv.Stdout, srv.Stderr = &logs, &logs
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			_ = srv.Process.Signal(os.Interrupt)
-			_ = srv.Wait()
-			if t.Failed() {
-				t.Logf("serve log:\n%s", logs.String())
-			}
-		}()
-		base := fmt.Sprintf("http://127.0.0.1:%d", port)
-		eventually(t, 60*time.Second, func() error {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", probe))
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("readiness %d", resp.StatusCode)
-			}
-			return nil
-		})
+		srv := startServe(t, ctx, pols)
+		base := srv.base
 		admissionRequest, err := os.ReadFile(req)
 		if err != nil {
 			t.Fatal(err)
