@@ -251,6 +251,17 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 				go srv.Reload(ctx, "SIGHUP", true)
 				continue
 			}
+			if sig == syscall.SIGTERM && o.ShutdownDelay > 0 {
+				// Termination (a kubelet's SIGTERM): keep serving, unready, each
+				// connection closed after its answer, while the endpoints follow.
+				srv.Drain()
+				logger.Info("terminating: unready, closing connections after each answer", "signal", sig.String(), "delay", o.ShutdownDelay)
+				select {
+				case <-time.After(o.ShutdownDelay):
+				case <-sigs: // a second signal: no more waiting
+				case <-ctx.Done():
+				}
+			}
 			logger.Info("shutting down: draining in-flight requests", "signal", sig.String(), "timeout", o.ShutdownTimeout)
 		case <-ctx.Done():
 			logger.Info("shutting down: draining in-flight requests", "timeout", o.ShutdownTimeout)

@@ -45,6 +45,7 @@ type Options struct {
 	ReadTimeout      time.Duration
 	WriteTimeout     time.Duration
 	ShutdownTimeout  time.Duration
+	ShutdownDelay    time.Duration
 
 	AlwaysAcceptNamespace string
 	Strict                bool
@@ -70,6 +71,7 @@ func Defaults() Options {
 		ReadTimeout:        10 * time.Second,
 		WriteTimeout:       30 * time.Second,
 		ShutdownTimeout:    30 * time.Second,
+		ShutdownDelay:      3 * time.Second,
 		Watch:              true,
 		LogLevel:           "info",
 		LogFmt:             "text",
@@ -106,6 +108,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", o.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "time to drain in-flight requests on SIGTERM")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "on SIGTERM, keep serving this long, unready and closing each connection after its response, before draining (lets endpoints and clients' keep-alive connections move to other replicas; 0: drain at once)")
 	fs.StringVar(&o.AlwaysAcceptNamespace, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNamespace, "accept every request in this namespace without evaluating policies")
 	fs.BoolVar(&o.Strict, "strict", o.Strict, "exit at start-up if any policy fails to load (default: serve the others, answer 500 for the failed one)")
 	fs.BoolVar(&o.Watch, "watch", o.Watch, "reload policies.yml when it changes (SIGHUP always reloads)")
@@ -228,6 +231,9 @@ func (o *Options) Validate() error {
 		if d.v <= 0 {
 			bad(d.name, d.v, "must be > 0")
 		}
+	}
+	if o.ShutdownDelay < 0 {
+		bad("shutdown-delay", o.ShutdownDelay, "must be >= 0")
 	}
 	if _, err := ParseLogLevel(o.LogLevel); err != nil {
 		bad("log-level", o.LogLevel, err.Error())

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
@@ -157,4 +161,60 @@ func FuzzDecodeInput(f *testing.F) {
 			t.Fatalf("accepted a raw request without request: %q", body)
 		}
 	})
+}
+
+// TestDrain: after Drain the server is unready yet answers every request, and closes each
+// connection gracefully after its answer: "Connection: close" over HTTP/1.1, a GOAWAY over HTTP/2
+// (net/http turns the header into one). A client's keep-alive connections so leave after a
+// complete answer, and Shutdown finds none idle to close under a request being written.
+func TestDrain(t *testing.T) {
+	h := start(t, harnessOpts{policies: semanticsPolicies(t), loader: semanticsLoader(t)})
+	h1 := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: h.ca}, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+	// send posts a review and reports whether it went over a connection used before.
+	send := func(c *http.Client) (*http.Response, bool) {
+		t.Helper()
+		var reused bool
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, h.base+"/validate/labels", bytes.NewReader(reviewFor("d1", "CREATE", "default", pod(nil))))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("HTTP %d", resp.StatusCode)
+		}
+		return resp, reused
+	}
+	for _, c := range []*http.Client{h1, h.client} {
+		send(c)
+		if resp, reused := send(c); resp.Close || !reused {
+			t.Fatalf("%s before Drain: Connection: close %v, connection reused %v; want a kept-alive connection", resp.Proto, resp.Close, reused)
+		}
+	}
+	h.srv.Drain()
+	if code, _ := h.get("/readiness"); code != http.StatusServiceUnavailable {
+		t.Fatalf("readiness %d while draining, want 503", code)
+	}
+	for range 3 {
+		if resp, _ := send(h1); !resp.Close {
+			t.Fatal("HTTP/1.1 while draining: the response does not close its connection")
+		}
+		resp, _ := send(h.client)
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("the test client speaks %s, want HTTP/2", resp.Proto)
+		}
+		time.Sleep(100 * time.Millisecond) // the GOAWAY reaches the client
+		if _, reused := send(h.client); reused {
+			t.Fatal("HTTP/2 while draining: the next request reused the connection the server answered on")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -87,6 +87,9 @@ type Server struct {
 	lim     *limiter
 	ready   atomic.Bool
 	closing atomic.Bool
+	// draining is set by Drain: unready, and every webhook response closes
+	// its connection.
+	draining atomic.Bool
 
 	reloadMu   sync.Mutex
 	lastReload status.Reload
@@ -411,7 +414,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if (s.o.Reread != nil || s.o.API != nil) && s.o.RetryInterval >= 0 {
 		s.retryFailed(ctx)
 	}
-	s.ready.Store(true)
+	s.ready.Store(!s.draining.Load())
 	scheme := "https"
 	if s.opts.InsecureHTTP {
 		scheme = "http"
@@ -513,6 +516,18 @@ func (s *Server) retryFailed(ctx context.Context) {
 	}()
 }
 
+// Drain marks the server unready and makes every webhook response close its
+// connection ("Connection: close"), while it goes on serving: a client's
+// pooled keep-alive connections leave one by one, each after a complete
+// answer, instead of being closed under it by Shutdown (where a request
+// written on a connection the server is closing fails with a broken pipe or
+// a reset). Call it when termination begins, wait for the endpoints to
+// follow (serve's --shutdown-delay), then Shutdown.
+func (s *Server) Drain() {
+	s.draining.Store(true)
+	s.ready.Store(false)
+}
+
 // Shutdown stops accepting, marks the server unready, drains in-flight
 // requests (until ctx ends), then closes every policy.
 func (s *Server) Shutdown(ctx context.Context) error {
@@ -568,5 +583,10 @@ func (s *Server) webhookHandler() http.Handler {
 	mux.HandleFunc("POST /validate/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindValidate) })
 	mux.HandleFunc("POST /audit/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindAudit) })
 	mux.HandleFunc("POST /validate_raw/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindRaw) })
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close") // net/http closes the connection after this response
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
