@@ -48,6 +48,19 @@ func TestMain(m *testing.M) {
 
 func ex(p string) string { return testfixture.Path("examples/" + p) }
 
+// fileWriter returns a function that writes content to the file name in dir
+// and returns its path.
+func fileWriter(t *testing.T, dir string) func(name, content string) string {
+	return func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+}
+
 func TestRunMutation(t *testing.T) {
 	out, err := tollgate(t, "", "run", ex("capabilities-drop/policy.wasm"), "-r", ex("capabilities-drop/testdata/pod-adds-capabilities.json"))
 	if err != nil {
@@ -92,13 +105,7 @@ func TestRunRejection(t *testing.T) {
 
 func TestRunErrors(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t, dir)
 	pod := ex("required-labels/testdata/pod-no-labels.json")
 	mod := ex("required-labels/policy.wasm")
 	tests := []struct {

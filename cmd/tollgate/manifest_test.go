@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,13 +10,7 @@ import (
 // spec.module with its spec.settings, unless settings flags are given.
 func TestRunPolicyManifest(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t, dir)
 	pod := ex("required-labels/testdata/pod-no-labels.json")
 	manifest := func(kind, apiVersion, module, extra string) string {
 		return "apiVersion: " + apiVersion + "\nkind: " + kind + "\nmetadata: {name: labels}\nspec:\n  module: " + module + "\n" + extra

@@ -230,7 +230,7 @@ const rbacAPIVersion = "rbac.authorization.k8s.io/v1"
 // document and the kind: the module would refuse it anyway.
 func readRBAC(paths []string) (map[string][]any, error) {
 	out := map[string][]any{}
-	add := func(where string, o map[string]any) error {
+	add := func(where docSource, o map[string]any) error {
 		kind, _ := o["kind"].(string)
 		apiVersion, _ := o["apiVersion"].(string)
 		list, ok := rbacLists[kind]
@@ -245,32 +245,61 @@ func readRBAC(paths []string) (map[string][]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		for i, d := range docs {
-			where := fmt.Sprintf("%s: document %d", p, i+1)
-			if kind, _ := d["kind"].(string); strings.HasSuffix(kind, "List") {
-				items, _ := d["items"].([]any)
-				for j, it := range items {
-					m, ok := it.(map[string]any)
-					if !ok {
-						return nil, fmt.Errorf("%s: items[%d]: not an object", where, j)
-					}
-					// The items of a typed list (RoleList...) read from the API have no kind.
-					if _, has := m["kind"]; !has && kind != "List" {
-						m["kind"] = strings.TrimSuffix(kind, "List")
-						m["apiVersion"] = d["apiVersion"]
-					}
-					if err := add(fmt.Sprintf("%s: items[%d]", where, j), m); err != nil {
-						return nil, err
-					}
-				}
-				continue
-			}
-			if err := add(where, d); err != nil {
-				return nil, err
-			}
+		if err := eachObject(p, docs, add); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// docSource names where an object was read: file, document (1-based) and,
+// for an item of a List, its index (0-based; -1 for a document).
+type docSource struct {
+	file string
+	doc  int
+	item int
+}
+
+func (s docSource) String() string {
+	w := fmt.Sprintf("%s: document %d", s.file, s.doc)
+	if s.item >= 0 {
+		w += fmt.Sprintf(": items[%d]", s.item)
+	}
+	return w
+}
+
+// eachObject calls fn with each object of file's YAML documents: a document,
+// or each item of a List (kubectl's List, or a typed list such as RoleList
+// read from the API, whose items have no kind: they get the list's kind
+// without "List" and its apiVersion). A document whose kind ends in "List"
+// without an items array is passed as it is. An item that is not an object
+// is an error naming it.
+func eachObject(file string, docs []map[string]any, fn func(src docSource, o map[string]any) error) error {
+	for i, d := range docs {
+		kind, _ := d["kind"].(string)
+		items, isList := d["items"].([]any)
+		if !strings.HasSuffix(kind, "List") || !isList {
+			if err := fn(docSource{file, i + 1, -1}, d); err != nil {
+				return err
+			}
+			continue
+		}
+		for j, it := range items {
+			src := docSource{file, i + 1, j}
+			m, ok := it.(map[string]any)
+			if !ok {
+				return fmt.Errorf("%s: not an object", src)
+			}
+			if _, has := m["kind"]; !has && kind != "List" {
+				m["kind"] = strings.TrimSuffix(kind, "List")
+				m["apiVersion"] = d["apiVersion"]
+			}
+			if err := fn(src, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // mapRules turns matchConstraints.resourceRules into Kubewarden rules, so

@@ -102,20 +102,7 @@ the Namespace objects namespaceSelector sees (other namespaces have no labels).`
 	return cmd
 }
 
-// gkSource is where a mutator came from, for messages.
-type gkSource struct {
-	file string
-	doc  int // 1-based
-	item int // 0-based index in a List, -1 otherwise
-}
-
-func (s gkSource) String() string {
-	w := fmt.Sprintf("%s: document %d", s.file, s.doc)
-	if s.item >= 0 {
-		w += fmt.Sprintf(": items[%d]", s.item)
-	}
-	return w
-}
+// docSource is where a mutator came from, for messages.
 
 // gkFiles expands the arguments into files: a directory gives its .yaml,
 // .yml and .json files, sorted (recursively with -R).
@@ -195,14 +182,15 @@ func scaffoldGatekeeper(ctx context.Context, args []string, o scaffoldGKOptions,
 		return nil, err
 	}
 	var mutators []any
-	var sources []gkSource
-	add := func(src gkSource, obj map[string]any) {
+	var sources []docSource
+	add := func(src docSource, obj map[string]any) error {
 		if !isMutator(obj) {
 			fmt.Fprintf(stderr, "tollgate: warning: %s: skipping kind %q apiVersion %q: not a Gatekeeper mutator (%s)\n", src, obj["kind"], obj["apiVersion"], gkMutationsGroup)
-			return
+			return nil
 		}
 		mutators = append(mutators, cleanMutator(obj))
 		sources = append(sources, src)
+		return nil
 	}
 	for _, f := range files {
 		docs, err := readGKDocs(f, stdin)
@@ -213,26 +201,8 @@ func scaffoldGatekeeper(ctx context.Context, args []string, o scaffoldGKOptions,
 		if f == "-" {
 			name = "standard input"
 		}
-		for i, d := range docs {
-			kind, _ := d["kind"].(string)
-			items, isList := d["items"].([]any)
-			if !strings.HasSuffix(kind, "List") || !isList {
-				add(gkSource{name, i + 1, -1}, d)
-				continue
-			}
-			for j, it := range items {
-				m, ok := it.(map[string]any)
-				src := gkSource{name, i + 1, j}
-				if !ok {
-					return nil, fmt.Errorf("%s: not an object", src)
-				}
-				// The items of a typed list (AssignList...) read from the API have no kind.
-				if _, has := m["kind"]; !has && kind != "List" {
-					m["kind"] = strings.TrimSuffix(kind, "List")
-					m["apiVersion"] = d["apiVersion"]
-				}
-				add(src, m)
-			}
+		if err := eachObject(name, docs, add); err != nil {
+			return nil, err
 		}
 	}
 	if len(mutators) == 0 {
@@ -332,36 +302,14 @@ func readNamespaces(path string, stdin io.Reader) ([]any, error) {
 		return nil, err
 	}
 	var out []any
-	addNS := func(where string, m map[string]any) error {
+	err = eachObject(path, docs, func(src docSource, m map[string]any) error {
 		if m["kind"] != "Namespace" || m["apiVersion"] != "v1" {
-			return fmt.Errorf("%s: kind %q apiVersion %q is not a v1 Namespace", where, m["kind"], m["apiVersion"])
+			return fmt.Errorf("%s: kind %q apiVersion %q is not a v1 Namespace", src, m["kind"], m["apiVersion"])
 		}
 		out = append(out, cleanObject(m))
 		return nil
-	}
-	for i, d := range docs {
-		where := fmt.Sprintf("%s: document %d", path, i+1)
-		if kind, _ := d["kind"].(string); strings.HasSuffix(kind, "List") {
-			items, _ := d["items"].([]any)
-			for j, it := range items {
-				m, ok := it.(map[string]any)
-				if !ok {
-					return nil, fmt.Errorf("%s: items[%d]: not an object", where, j)
-				}
-				if _, has := m["kind"]; !has && kind == "NamespaceList" {
-					m["kind"], m["apiVersion"] = "Namespace", "v1"
-				}
-				if err := addNS(fmt.Sprintf("%s: items[%d]", where, j), m); err != nil {
-					return nil, err
-				}
-			}
-			continue
-		}
-		if err := addNS(where, d); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // mutatorIndex finds "mutators[N]" in the module's refusal.
@@ -369,7 +317,7 @@ var mutatorIndex = regexp.MustCompile(`mutators\[(\d+)\]`)
 
 // checkGKSettings runs the module's validate_settings on the settings and
 // rewrites a refusal's "mutators[N]" into the file and document of mutator N.
-func checkGKSettings(ctx context.Context, o scaffoldGKOptions, settings map[string]any, sources []gkSource) error {
+func checkGKSettings(ctx context.Context, o scaffoldGKOptions, settings map[string]any, sources []docSource) error {
 	b, err := json.Marshal(settings)
 	if err != nil {
 		return err

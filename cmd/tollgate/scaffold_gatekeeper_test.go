@@ -155,13 +155,7 @@ func TestScaffoldGatekeeperNamespaces(t *testing.T) {
 
 func TestScaffoldGatekeeperErrors(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t, dir)
 	good := filepath.Join(gkScaffoldDir, "mutators")
 	for _, c := range []struct {
 		name string

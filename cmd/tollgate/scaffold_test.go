@@ -141,13 +141,7 @@ func TestScaffoldMAPRBAC(t *testing.T) {
 
 func TestScaffoldMAPErrors(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t, dir)
 	cases := []struct {
 		name string
 		args []string
