@@ -172,16 +172,27 @@ func (p *policyCalls) dispatch(ctx context.Context, binding, namespace, operatio
 		return nil, "bad_request", err
 	}
 	if r, ok := req.resource(); ok && !p.resources[r] {
-		p.h.m.denied(p.id, capName)
-		p.h.log.Error("policy tried to read a Kubernetes resource it has not been granted", "policy", p.id,
-			"resource", r.APIVersion+"/"+r.Kind)
-		return nil, "denied", errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)
+		return nil, "denied", p.h.denyResource(p.id, capName, r)
 	}
 	out, err := p.h.answer(ctx, req)
 	if err != nil {
 		return nil, "error", errorf("Callback evaluation failure: %s", err.Error())
 	}
 	return out, "success", nil
+}
+
+// denyResource counts and logs policy id's attempt to read resource r it
+// has not been granted, and returns Kubernetes's denial.
+func (h *Host) denyResource(id, capName string, r Resource) error {
+	h.m.denied(id, capName)
+	h.log.Error("policy tried to read a Kubernetes resource it has not been granted", "policy", id, "resource", r.APIVersion+"/"+r.Kind)
+	return errResourceDenied(r)
+}
+
+// errResourceDenied is Kubewarden's answer to a read of a resource the
+// policy has not been granted.
+func errResourceDenied(r Resource) error {
+	return errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)
 }
 
 // answer answers a decoded request from the live backends or the replayed

@@ -59,11 +59,9 @@ func (c *Cluster) ListAll(ctx context.Context, r Resource) ([]byte, error) {
 	const capName = "kubernetes/list_resources_all"
 	start := time.Now()
 	if !c.granted[r] {
-		c.h.m.denied(c.id, capName)
+		err := c.h.denyResource(c.id, capName, r)
 		c.h.m.observe(c.id, capName, "denied", time.Since(start))
-		c.h.log.Error("policy tried to read a Kubernetes resource it has not been granted", "policy", c.id,
-			"resource", r.APIVersion+"/"+r.Kind)
-		return nil, errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)
+		return nil, err
 	}
 	out, err := c.h.answer(ctx, &request{"KubernetesListResourceAll", &ListAllRequest{APIVersion: r.APIVersion, Kind: r.Kind}})
 	outcome := "success"
@@ -80,7 +78,7 @@ func (c *Cluster) ListAll(ctx context.Context, r Resource) ([]byte, error) {
 // string).
 func (c *Cluster) PluralName(ctx context.Context, r Resource) (string, error) {
 	if !c.granted[r] {
-		return "", errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)
+		return "", errResourceDenied(r)
 	}
 	out, err := c.h.answer(ctx, &request{"KubernetesGetResourcePluralName", &PluralNameRequest{APIVersion: r.APIVersion, Kind: r.Kind}})
 	if err != nil {

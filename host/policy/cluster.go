@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -288,9 +287,7 @@ func gatekeeperDocument(res []capabilities.Resource, lists [][]byte) ([]byte, er
 			size += len(it.raw) + len(it.name) + 8
 		}
 	}
-	b := bytes.NewBuffer(make([]byte, 0, size))
-	b.WriteString(`{"inventory":`)
-	b.Write(inv.appendJSON(nil))
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	b := append(make([]byte, 0, size), `{"inventory":`...)
+	b = inv.appendJSON(b)
+	return append(b, '}'), nil
 }

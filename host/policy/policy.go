@@ -188,9 +188,8 @@ type Policy struct {
 	inlineHostCalls bool
 	logger          *slog.Logger
 	// shared is the pool the policy shares with others (Spec.ShareInstances),
-	// nil when pool is its own; host and leave give it back on Close.
+	// nil when pool is its own; leave gives it back on Close.
 	shared *sharedPool
-	host   *Host
 	leave  sync.Once
 
 	// rego is the module of an executionMode opa or gatekeeper policy (opa.go).
@@ -234,7 +233,7 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 			mod.Release()
 			return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 		}
-		p.pool, p.shared, p.host = sp.pool, sp, h
+		p.pool, p.shared = sp.pool, sp
 	} else {
 		pool, err := mod.NewPool(p.withHostCalls(ctx), size)
 		if err != nil {
@@ -350,7 +349,7 @@ func (p *Policy) Close(ctx context.Context) {
 	}
 	if p.shared != nil {
 		// Only the first Close gives back the policy's place in the pool.
-		p.leave.Do(func() { p.host.releasePool(ctx, p.shared) })
+		p.leave.Do(func() { p.shared.host.releasePool(ctx, p.shared) })
 	} else {
 		p.pool.Close(ctx)
 	}

@@ -22,6 +22,7 @@ type sharedKey struct {
 // its own: each of its users holds one, and releases it after leaving the
 // pool, so the module outlives the pool.
 type sharedPool struct {
+	host  *Host
 	key   sharedKey
 	ready chan struct{} // closed when pool and err are set
 	pool  *wasm.Pool
@@ -54,7 +55,7 @@ func (h *Host) acquirePool(ctx context.Context, mod *wasm.Module, size int, grou
 		}
 		return sp, nil
 	}
-	sp := &sharedPool{key: key, ready: make(chan struct{}), refs: 1}
+	sp := &sharedPool{host: h, key: key, ready: make(chan struct{}), refs: 1}
 	h.shared[key] = sp
 	h.mu.Unlock()
 

@@ -380,33 +380,13 @@ func cacheOnlyContext(ctx context.Context) context.Context {
 // stub's key is learnt by compiling the stub (cheap: every body is one
 // instruction) into a throwaway cache.
 func (e *Engine) storeStub(ctx context.Context, dir string, code []byte, logger *slog.Logger) error {
-	stub, err := wasmbin.Stub(code)
-	if err != nil {
-		return err
-	}
-	probeDir, err := os.MkdirTemp(dir, ".probe-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(probeDir)
-	probe, err := wazero.NewCompilationCacheWithDir(probeDir)
-	if err != nil {
-		return err
-	}
-	defer probe.Close(ctx)
-	wm, err := e.newWapcModule(e.compileContext(ctx), stub, probe, wasmbin.InterruptGlobal, logger)
-	if err != nil {
-		return fmt.Errorf("compiling the stub: %w", err)
-	}
-	_ = wm.Close(ctx)
-	entry, err := onlyCacheEntry(probeDir)
-	if err != nil {
-		return err
-	}
-	if err := linkCompiled(dir, entry); err != nil {
-		return err
-	}
-	return putStub(dir, stub)
+	return storeStubOf(ctx, e, dir, code, func(ctx context.Context, stub []byte, cache wazero.CompilationCache) (struct{}, func(), error) {
+		wm, err := e.newWapcModule(ctx, stub, cache, wasmbin.InterruptGlobal, logger)
+		if err != nil {
+			return struct{}{}, nil, fmt.Errorf("compiling the stub: %w", err)
+		}
+		return struct{}{}, func() { _ = wm.Close(ctx) }, nil
+	})
 }
 
 // newWapcModule compiles a module through wapc-go on a runtime using cache.

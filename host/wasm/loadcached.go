@@ -39,12 +39,19 @@ type CompileFunc[T any] func(ctx context.Context, code []byte, cache wazero.Comp
 // the entry falls back to compiling code, which repairs the entry.
 func LoadCached[T any](ctx context.Context, e *Engine, key string, makeCode func() ([]byte, error), compile CompileFunc[T]) (v T, cache wazero.CompilationCache, stubbed bool, err error) {
 	var code []byte
-	if e.dir == "" || e.loads.root == "" || strings.ContainsAny(key, `/\`) || key == "" {
-		if code, err = makeCode(); err != nil {
-			return v, nil, false, err
+	// direct compiles code (made first when nil) with the engine's shared
+	// cache, without the load cache.
+	direct := func() (T, wazero.CompilationCache, bool, error) {
+		if code == nil {
+			if code, err = makeCode(); err != nil {
+				return v, nil, false, err
+			}
 		}
 		v, _, err = compile(e.compileContext(ctx), code, e.cache)
 		return v, nil, false, err
+	}
+	if e.dir == "" || e.loads.root == "" || strings.ContainsAny(key, `/\`) || key == "" {
+		return direct()
 	}
 	logger := e.logger.With("module", key)
 	dir := filepath.Join(e.dir, keyedLoadCacheDir, key)
@@ -54,11 +61,7 @@ func LoadCached[T any](ctx context.Context, e *Engine, key string, makeCode func
 	}
 	if err != nil {
 		logger.Warn("load cache unusable; compiling without it", "dir", dir, "error", err)
-		if code, err = makeCode(); err != nil {
-			return v, nil, false, err
-		}
-		v, _, err = compile(e.compileContext(ctx), code, e.cache)
-		return v, nil, false, err
+		return direct()
 	}
 	if stub, serr := getStub(dir); serr == nil {
 		v, _, err := compile(cacheOnlyContext(ctx), stub, mcache)
@@ -85,12 +88,10 @@ func LoadCached[T any](ctx context.Context, e *Engine, key string, makeCode func
 		// checksum): start the directory afresh and compile again.
 		_ = mcache.Close(ctx)
 		if os.RemoveAll(dir) != nil || os.MkdirAll(dir, 0o700) != nil {
-			v, _, err = compile(e.compileContext(ctx), code, e.cache)
-			return v, nil, false, err
+			return direct()
 		}
 		if mcache, err = wazero.NewCompilationCacheWithDir(dir); err != nil {
-			v, _, err = compile(e.compileContext(ctx), code, e.cache)
-			return v, nil, false, err
+			return direct()
 		}
 		v, _, err = compile(e.compileContext(ctx), code, mcache)
 	}
