@@ -11,10 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestOPAUniqueIngressHost runs the context-aware Rego example examples/opa-unique-ingress-host
@@ -36,62 +32,17 @@ func TestOPAUniqueIngressHost(t *testing.T) {
 	if _, err := os.Stat(policy); err != nil {
 		t.Fatalf("%v: run make policies", err)
 	}
-	for _, ns := range []string{"opa-shop", "opa-team-b", "opa-team-c"} {
-		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	created := map[string]bool{}
-	t.Cleanup(func() {
-		for key := range created {
-			ns, name, _ := strings.Cut(key, "/")
-			_ = c.Client.NetworkingV1().Ingresses(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
-		}
-	})
-	createIngress := func(ns, name string, hosts ...string) {
-		t.Helper()
-		pathType := networkingv1.PathTypePrefix
-		ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-		for _, h := range hosts {
-			ing.Spec.Rules = append(ing.Spec.Rules, networkingv1.IngressRule{Host: h, IngressRuleValue: networkingv1.IngressRuleValue{
-				HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{Path: "/", PathType: &pathType,
-					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: name, Port: networkingv1.ServiceBackendPort{Number: 80}}}}}},
-			}})
-		}
-		if _, err := c.Client.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		created[ns+"/"+name] = true
-	}
-	deleteIngress := func(ns, name string) {
-		t.Helper()
-		if err := c.Client.NetworkingV1().Ingresses(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		delete(created, ns+"/"+name)
-	}
-	createIngress("opa-team-b", "storefront", "shop.example.org")
-	createIngress("opa-team-c", "blog", "blog.example.org")
+	ing := newIngresses(t, ctx, "opa-shop", "opa-team-b", "opa-team-c")
+	ing.create("opa-team-b", "storefront", "shop.example.org")
+	ing.create("opa-team-c", "blog", "blog.example.org")
 
 	// The request: a CREATE of opa-shop/web for shop.example.org and api.example.org.
 	req := filepath.Join(example, "testdata/ingress-web.json")
 	dir := t.TempDir()
 	live := []string{"--allow-context-aware", "--kubeconfig", c.Kubeconfig, "--cache-dir", filepath.Join(env.dir, "wasm-cache")}
-	type verdict struct {
-		Allowed bool
-		Status  struct {
-			Message string
-			Code    int
-		}
-	}
 	run := func(args ...string) verdict {
 		t.Helper()
-		out, _ := tollgateRun(t, ctx, append([]string{"run", policy, "-r", req}, args...)...)
-		var v verdict
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		return v
+		return runVerdict(t, ctx, append([]string{policy, "-r", req}, args...)...)
 	}
 	conflict := `Ingress opa-shop/web: host "shop.example.org" is already used by Ingress opa-team-b/storefront`
 
@@ -111,13 +62,13 @@ func TestOPAUniqueIngressHost(t *testing.T) {
 		t.Fatalf("with opa-team-b/storefront on shop.example.org: %+v, want a 409 rejection %q", v, conflict)
 	}
 	// opa-shop/web itself now exists (its UPDATE is no conflict with itself), and the other owner goes.
-	createIngress("opa-shop", "web", "shop.example.org", "api.example.org")
-	deleteIngress("opa-team-b", "storefront")
+	ing.create("opa-shop", "web", "shop.example.org", "api.example.org")
+	ing.delete("opa-team-b", "storefront")
 	if v := record("session-free.yml"); !v.Allowed {
 		t.Fatalf("with shop.example.org free: %+v, want allowed", v)
 	}
 	// The same cluster, with another namespace now on api.example.org.
-	createIngress("opa-team-c", "api", "api.example.org")
+	ing.create("opa-team-c", "api", "api.example.org")
 	if v := run(live...); v.Allowed || v.Status.Message != `Ingress opa-shop/web: host "api.example.org" is already used by Ingress opa-team-c/api` {
 		t.Fatalf("with opa-team-c/api on api.example.org: %+v", v)
 	}
@@ -147,7 +98,7 @@ func TestOPAUniqueIngressHost(t *testing.T) {
 	}
 
 	t.Run("serve follows the cluster", func(t *testing.T) {
-		deleteIngress("opa-team-c", "api")
+		ing.delete("opa-team-c", "api")
 		pols := filepath.Join(dir, "policies.yml")
 		if err := os.WriteFile(pols, []byte("opa-unique-ingress-host:\n  module: file://"+policy+"\n"+
 			"  contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]\n"), 0o644); err != nil {
@@ -178,14 +129,14 @@ func TestOPAUniqueIngressHost(t *testing.T) {
 		}
 		// Once the cache has synced the data is kept between reviews and rebuilt when an
 		// Ingress changes: the decisions follow the cluster.
-		createIngress("opa-team-b", "storefront", "shop.example.org")
+		ing.create("opa-team-b", "storefront", "shop.example.org")
 		eventually(t, 30*time.Second, func() error {
 			if v := review(); v.Allowed || v.Status.Message != conflict || v.Status.Code != 409 {
 				return fmt.Errorf("after creating opa-team-b/storefront: %+v", v)
 			}
 			return nil
 		})
-		deleteIngress("opa-team-b", "storefront")
+		ing.delete("opa-team-b", "storefront")
 		eventually(t, 30*time.Second, func() error {
 			if v := review(); !v.Allowed {
 				return fmt.Errorf("after deleting opa-team-b/storefront: %+v", v)

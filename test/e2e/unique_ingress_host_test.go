@@ -11,10 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestUniqueIngressHost runs the example context-aware policy examples/unique-ingress-host
@@ -33,54 +29,17 @@ func TestUniqueIngressHost(t *testing.T) {
 	if _, err := os.Stat(policy); err != nil {
 		t.Fatalf("%v: run make policies", err)
 	}
-	for _, ns := range []string{"shop", "team-b", "team-c"} {
-		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	}
-	createIngress := func(ns, name string, hosts ...string) {
-		t.Helper()
-		pathType := networkingv1.PathTypePrefix
-		ing := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-		for _, h := range hosts {
-			ing.Spec.Rules = append(ing.Spec.Rules, networkingv1.IngressRule{Host: h, IngressRuleValue: networkingv1.IngressRuleValue{
-				HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{Path: "/", PathType: &pathType,
-					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: name, Port: networkingv1.ServiceBackendPort{Number: 80}}}}}},
-			}})
-		}
-		if _, err := c.Client.NetworkingV1().Ingresses(ns).Create(ctx, ing, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deleteIngress := func(ns, name string) {
-		t.Helper()
-		if err := c.Client.NetworkingV1().Ingresses(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	createIngress("team-b", "storefront", "shop.example.com")
-	createIngress("team-c", "blog", "blog.example.com")
+	ing := newIngresses(t, ctx, "shop", "team-b", "team-c")
+	ing.create("team-b", "storefront", "shop.example.com")
+	ing.create("team-c", "blog", "blog.example.com")
 
 	// The request: a CREATE of shop/web for shop.example.com and api.example.com.
 	req := filepath.Join(example, "testdata/ingress-shop-web.json")
 	dir := t.TempDir()
 	live := []string{"--allow-context-aware", "--kubeconfig", c.Kubeconfig, "--cache-dir", filepath.Join(env.dir, "wasm-cache")}
-	type verdict struct {
-		Allowed bool
-		Status  struct {
-			Message string
-			Code    int
-		}
-	}
 	run := func(args ...string) verdict {
 		t.Helper()
-		out, _ := tollgateRun(t, ctx, append([]string{"run", policy, "-r", req}, args...)...)
-		var v verdict
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			t.Fatalf("%v: %s", err, out)
-		}
-		return v
+		return runVerdict(t, ctx, append([]string{policy, "-r", req}, args...)...)
 	}
 	conflict := `Ingress shop/web: host "shop.example.com" is already used by Ingress team-b/storefront`
 
@@ -95,13 +54,13 @@ func TestUniqueIngressHost(t *testing.T) {
 		t.Fatalf("with team-b/storefront on shop.example.com: %+v, want a 409 rejection %q", v, conflict)
 	}
 	// shop/web itself now exists (its UPDATE is no conflict with itself), and the other owner goes.
-	createIngress("shop", "web", "shop.example.com", "api.example.com")
-	deleteIngress("team-b", "storefront")
+	ing.create("shop", "web", "shop.example.com", "api.example.com")
+	ing.delete("team-b", "storefront")
 	if v := record("session-free.yml"); !v.Allowed {
 		t.Fatalf("with shop.example.com free: %+v, want allowed", v)
 	}
 	// The same cluster, with another namespace now on api.example.com.
-	createIngress("team-c", "api", "api.example.com")
+	ing.create("team-c", "api", "api.example.com")
 	if v := run(live...); v.Allowed || !strings.Contains(v.Status.Message, `host "api.example.com" is already used by Ingress team-c/api`) {
 		t.Fatalf("with team-c/api on api.example.com: %+v", v)
 	}
@@ -126,7 +85,7 @@ func TestUniqueIngressHost(t *testing.T) {
 	}
 
 	t.Run("serve follows the cluster", func(t *testing.T) {
-		deleteIngress("team-c", "api")
+		ing.delete("team-c", "api")
 		pols := filepath.Join(dir, "policies.yml")
 		if err := os.WriteFile(pols, []byte("unique-ingress-host:\n  module: file://"+policy+"\n"+
 			"  contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]\n  hostCapabilities: [kubernetes/list_resources_all]\n"), 0o644); err != nil {
@@ -156,14 +115,14 @@ func TestUniqueIngressHost(t *testing.T) {
 			t.Fatalf("no other Ingress on the hosts: %+v", v)
 		}
 		// Live objects change the decision as the server's Ingress cache follows them.
-		createIngress("team-b", "storefront", "shop.example.com")
+		ing.create("team-b", "storefront", "shop.example.com")
 		eventually(t, 30*time.Second, func() error {
 			if v := review(); v.Allowed || v.Status.Message != conflict {
 				return fmt.Errorf("after creating team-b/storefront: %+v", v)
 			}
 			return nil
 		})
-		deleteIngress("team-b", "storefront")
+		ing.delete("team-b", "storefront")
 		eventually(t, 30*time.Second, func() error {
 			if v := review(); !v.Allowed {
 				return fmt.Errorf("after deleting team-b/storefront: %+v", v)
