@@ -2,15 +2,13 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -68,45 +66,17 @@ func (e *Engine) WithCluster(c Cluster) *Engine {
 	return &cp
 }
 
-// collectClusterParams is collectParams with the params read from the
-// cluster: the same rules, the apiserver's error texts.
-func (e *Engine) collectClusterParams(namespace string, kind *admissionregistrationv1.ParamKind, ref *admissionregistrationv1.ParamRef) ([]runtime.Object, error) {
-	gv, err := schema.ParseGroupVersion(kind.APIVersion)
-	if err != nil {
-		return nil, fmt.Errorf("paramKind.apiVersion %q: %w", kind.APIVersion, err)
+// clusterParams reads the params of kind gvk from the cluster, in namespace
+// ("" for a cluster-scoped kind): the one called name when selector is nil,
+// else those it matches. They are typed as the apiserver's informers hold
+// them.
+func (e *Engine) clusterParams(gvk schema.GroupVersionKind, namespace, name string, selector labels.Selector) ([]runtime.Object, error) {
+	sel := ""
+	if selector != nil {
+		name, sel = "", selector.String()
 	}
-	gvk := gv.WithKind(kind.Kind)
-	namespaced, err := e.cluster.ParamsNamespaced(kind.APIVersion, kind.Kind)
-	if err != nil {
-		return nil, fmt.Errorf("failed to find the scope of paramKind %s: %w", gvk.String(), err)
-	}
-	paramsNamespace := ""
-	if namespaced {
-		paramsNamespace = namespace
-		if ref.Namespace != "" {
-			paramsNamespace = ref.Namespace
-		} else if paramsNamespace == "" {
-			return nil, errors.New("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources")
-		}
-	} else if ref.Namespace != "" {
-		return nil, errors.New("paramRef.namespace must not be provided for a cluster-scoped `paramKind`")
-	}
-	selector := ""
-	switch {
-	case ref.Name != "":
-		if ref.Selector != nil {
-			return nil, errors.New("paramRef.name and paramRef.selector are mutually exclusive")
-		}
-	case ref.Selector != nil:
-		s, err := metav1.LabelSelectorAsSelector(ref.Selector)
-		if err != nil {
-			return nil, err
-		}
-		selector = s.String()
-	default:
-		return nil, errors.New("one of name or selector must be provided")
-	}
-	objs, err := e.cluster.Params(kind.APIVersion, kind.Kind, paramsNamespace, ref.Name, selector)
+	apiVersion, kind := gvk.ToAPIVersionAndKind()
+	objs, err := e.cluster.Params(apiVersion, kind, namespace, name, sel)
 	if err != nil {
 		return nil, fmt.Errorf("failed to list params: %w", err)
 	}
@@ -118,9 +88,6 @@ func (e *Engine) collectClusterParams(namespace string, kind *admissionregistrat
 			return nil, fmt.Errorf("params from the cluster [%d]: %w", i, err)
 		}
 		params = append(params, obj)
-	}
-	if len(params) == 0 && ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.DenyAction {
-		return nil, errors.New("no params found for policy binding with `Deny` parameterNotFoundAction")
 	}
 	return params, nil
 }

@@ -377,11 +377,20 @@ func (e *Engine) collectParams(namespace string) ([]runtime.Object, error) {
 	if kind == nil || ref == nil {
 		return []runtime.Object{nil}, nil
 	}
+	namespaced := e.paramsNamespaced
+	var gvk schema.GroupVersionKind // of the params read from the cluster
 	if e.cluster != nil {
-		return e.collectClusterParams(namespace, kind, ref)
+		gv, err := schema.ParseGroupVersion(kind.APIVersion)
+		if err != nil {
+			return nil, fmt.Errorf("paramKind.apiVersion %q: %w", kind.APIVersion, err)
+		}
+		gvk = gv.WithKind(kind.Kind)
+		if namespaced, err = e.cluster.ParamsNamespaced(kind.APIVersion, kind.Kind); err != nil {
+			return nil, fmt.Errorf("failed to find the scope of paramKind %s: %w", gvk.String(), err)
+		}
 	}
 	paramsNamespace := ""
-	if e.paramsNamespaced {
+	if namespaced {
 		paramsNamespace = namespace
 		if ref.Namespace != "" {
 			paramsNamespace = ref.Namespace
@@ -391,30 +400,40 @@ func (e *Engine) collectParams(namespace string) ([]runtime.Object, error) {
 	} else if ref.Namespace != "" {
 		return nil, errors.New("paramRef.namespace must not be provided for a cluster-scoped `paramKind`")
 	}
-	var params []runtime.Object
+	var selector labels.Selector
 	switch {
 	case ref.Name != "":
 		if ref.Selector != nil {
 			return nil, errors.New("paramRef.name and paramRef.selector are mutually exclusive")
 		}
+	case ref.Selector != nil:
+		var err error
+		if selector, err = metav1.LabelSelectorAsSelector(ref.Selector); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New("one of name or selector must be provided")
+	}
+	var params []runtime.Object
+	switch {
+	case e.cluster != nil:
+		var err error
+		if params, err = e.clusterParams(gvk, paramsNamespace, ref.Name, selector); err != nil {
+			return nil, err
+		}
+	case selector == nil:
 		for _, p := range e.params {
 			if p.namespace == paramsNamespace && p.name == ref.Name {
 				params = []runtime.Object{p.obj}
 				break
 			}
 		}
-	case ref.Selector != nil:
-		selector, err := metav1.LabelSelectorAsSelector(ref.Selector)
-		if err != nil {
-			return nil, err
-		}
+	default:
 		for _, p := range e.params {
-			if (!e.paramsNamespaced || p.namespace == paramsNamespace) && selector.Matches(labels.Set(p.labels)) {
+			if (!namespaced || p.namespace == paramsNamespace) && selector.Matches(labels.Set(p.labels)) {
 				params = append(params, p.obj)
 			}
 		}
-	default:
-		return nil, errors.New("one of name or selector must be provided")
 	}
 	if len(params) == 0 && ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.DenyAction {
 		return nil, errors.New("no params found for policy binding with `Deny` parameterNotFoundAction")
