@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"container/list"
-	"strings"
 
 	wapc "github.com/wapc/wapc-guest-tinygo"
 
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine"
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
+	"github.com/tollgate-dev/tollgate/sdk/capabilities"
 )
 
 // hostCall reaches the host's capabilities; native tests answer it through
@@ -31,18 +31,11 @@ func getNamespace(name string) ([]byte, bool, error) {
 		switch {
 		case err == nil && string(bytes.TrimSpace(answer)) != "null":
 			return answer, true, nil
-		case err != nil && !isNotFound(err):
+		case err != nil && !capabilities.IsNotFound(err):
 			return nil, false, hostError("kubernetes/get_resource: " + err.Error())
 		}
 	}
 	return nil, false, nil
-}
-
-// isNotFound is the host's answer for an object that does not exist
-// (Kubewarden: "Cannot find v1/Namespace named 'x' inside of namespace ...").
-func isNotFound(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "Cannot find ") && strings.Contains(msg, " named '")
 }
 
 type hostError string
