@@ -220,16 +220,10 @@ func (v Value) Index(i int) Value {
 	if v.Kind() != Array || i < 0 {
 		return Value{}
 	}
-	b, ends := v.d.b, v.d.ends
-	j := skipWS(b, v.s+1)
-	for n := 0; b[j] != ']'; n++ {
-		end := j + int(ends[j])
+	n := 0
+	for it := v.Iter(); it.Next(); n++ {
 		if n == i {
-			return Value{d: v.d, s: j, e: end}
-		}
-		j = skipWS(b, end)
-		if b[j] == ',' {
-			j = skipWS(b, j+1)
+			return it.Value()
 		}
 	}
 	return Value{}
@@ -239,11 +233,8 @@ func (v Value) Index(i int) Value {
 // (duplicate keys counted each time), 0 for other kinds.
 func (v Value) Len() int {
 	n := 0
-	switch v.Kind() {
-	case Array:
-		v.ForEach(func(int, Value) bool { n++; return true })
-	case Object:
-		v.ForEachMember(func(Value, Value) bool { n++; return true })
+	for it := v.Iter(); it.Next(); {
+		n++
 	}
 	return n
 }
