@@ -47,16 +47,13 @@ func (f *capabilityFlags) register(cmd *cobra.Command) {
 	cmd.MarkFlagsMutuallyExclusive("record-host-capabilities-interactions", "replay-host-capabilities-interactions")
 }
 
-// hostCalls makes the host capabilities of the policy run or bench loads:
+// hostCalls makes the host capabilities of the policy run or bench loads,
+// which declares the resources declared (its metadata's, or its manifest's):
 // its host-call handler, its view of the cluster (the data of a
 // context-aware Rego policy: the granted resources, none without
 // --allow-context-aware) and a function to call when done (it finishes a
 // recording and reports replayed sessions with exchanges left over).
-func (f *capabilityFlags) hostCalls(id string, md *metadata.Metadata, reg *lazyRegistry, logger *slog.Logger) (wasm.HostCallHandler, *capabilities.Cluster, func() error, error) {
-	var declared []metadata.ContextAwareResource
-	if md != nil {
-		declared = md.ContextAwareResources
-	}
+func (f *capabilityFlags) hostCalls(id string, declared []metadata.ContextAwareResource, reg *lazyRegistry, logger *slog.Logger) (wasm.HostCallHandler, *capabilities.Cluster, func() error, error) {
 	allow := capabilities.Allow{HostCapabilities: f.allowed}
 	switch {
 	case f.allowContextAware && len(declared) == 0:

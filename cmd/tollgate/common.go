@@ -176,11 +176,17 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 	if err != nil {
 		return nil, err
 	}
-	capsMD := md
-	if isManifest {
-		settings, capsMD = manifest.apply(settings, md)
+	var declared []metadata.ContextAwareResource
+	if md != nil {
+		declared = md.ContextAwareResources
 	}
-	hostCalls, cluster, capsDone, err := caps.hostCalls(uri, capsMD, registryOf(resolver), rt.logger())
+	if isManifest {
+		declared = manifest.contextAware
+		if settings == nil {
+			settings = manifest.settings // flags' settings win over spec.settings
+		}
+	}
+	hostCalls, cluster, capsDone, err := caps.hostCalls(uri, declared, registryOf(resolver), rt.logger())
 	if err != nil {
 		return nil, err
 	}

@@ -90,17 +90,3 @@ func readPolicyManifest(arg string) (m *policyManifest, ok bool, err error) {
 	}
 	return m, true, nil
 }
-
-// apply makes the manifest's module, settings and context-aware resources
-// those of a run: flags' settings win over spec.settings.
-func (m *policyManifest) apply(settings json.RawMessage, md *metadata.Metadata) (json.RawMessage, *metadata.Metadata) {
-	if settings == nil {
-		settings = m.settings
-	}
-	cp := metadata.Metadata{}
-	if md != nil {
-		cp = *md
-	}
-	cp.ContextAwareResources = m.contextAware
-	return settings, &cp
-}
