@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # install-k8s-tools.sh builds the Kubernetes tools the operator's end-to-end tests need, from the Go
-# module proxy (no release downloads, no envtest): kube-apiserver and kubectl, etcd, controller-gen
-# and helm. Each is pinned and built into a cache keyed by version OUTSIDE the repository, shared by
+# module proxy (no release downloads, no envtest): kube-apiserver and kubectl, the node's kubelet,
+# kube-controller-manager, kube-scheduler and kube-proxy, etcd, controller-gen and helm. Each is pinned and built into a cache keyed by version OUTSIDE the repository, shared by
 # every clone on the machine:
 #   ${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}/<name>-<version>/bin/<name>
 #
-# Usage: install-k8s-tools.sh [tool...]   tools: kube-apiserver kubectl etcd controller-gen helm
+# Usage: install-k8s-tools.sh [tool...]   tools: kube-apiserver kubectl kubelet kube-controller-manager
+#                                         kube-scheduler kube-proxy etcd controller-gen helm
 #                                         (default: all of them)
 # Prints one `name=path` line on stdout per selected tool (built now or found in the cache), so
 # Makefiles and tests can use them; everything else goes to stderr.
@@ -21,7 +22,8 @@
 #
 # Environment:
 #   TOLLGATE_TOOLS_DIR        where tools are cached (see above)
-#   KUBERNETES_VERSION        default 1.36.3 (kube-apiserver, kubectl; staging modules v0.MINOR.PATCH)
+#   KUBERNETES_VERSION        default 1.36.3 (the kube-* binaries, kubectl, kubelet; staging modules
+#                             v0.MINOR.PATCH)
 #   ETCD_VERSION              default 3.6.16
 #   CONTROLLER_TOOLS_VERSION  default 0.23.0 (controller-gen)
 #   HELM_VERSION              default 3.21.4
@@ -37,10 +39,13 @@ HELM_VERSION="${HELM_VERSION:-3.21.4}"
 export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}"
 GO="${GO:-go}"
-ALL_TOOLS=(kube-apiserver kubectl etcd controller-gen helm)
+KUBE_TOOLS=(kube-apiserver kubectl kubelet kube-controller-manager kube-scheduler kube-proxy)
+ALL_TOOLS=("${KUBE_TOOLS[@]}" etcd controller-gen helm)
 # RECIPE is written next to each tool's bin/ and must match for a cached tool to be used: bump it
 # when the way tools are built changes, so caches made the old way are rebuilt.
 # 2: versions stamped by -ldflags -X (kube-apiserver reported v0.0.0-master, helm v3.21).
+# (3 would rebuild every cached kube-apiserver: the node binaries were added under 2, each checked
+# on its own.)
 RECIPE=2
 
 log() { printf 'install-k8s-tools: %s\n' "$*" >&2; }
@@ -48,7 +53,7 @@ die() { printf 'install-k8s-tools: error: %s\n' "$*" >&2; exit 1; }
 
 tool_version() {
 	case "$1" in
-	kube-apiserver | kubectl) echo "$KUBERNETES_VERSION" ;;
+	kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler | kube-proxy) echo "$KUBERNETES_VERSION" ;;
 	etcd) echo "$ETCD_VERSION" ;;
 	controller-gen) echo "$CONTROLLER_TOOLS_VERSION" ;;
 	helm) echo "$HELM_VERSION" ;;
@@ -135,11 +140,14 @@ kube_replaces() {
 }
 
 build_kube() {
-	log "building kube-apiserver and kubectl v$KUBERNETES_VERSION (SLOW: about 7-10 minutes on 2 cores, several GB of memory)"
+	# One `go build` of every Kubernetes binary: they share most packages, so building them together
+	# costs little more than kube-apiserver alone (kubelet and friends add about 2-4 minutes).
+	log "building ${KUBE_TOOLS[*]} v$KUBERNETES_VERSION (SLOW: about 10-14 minutes on 2 cores, several GB of memory)"
 	local replaces
 	replaces="$(kube_replaces)" || exit 1
 	# What Kubernetes' hack/lib/version.sh stamps (/version, kubectl version; helm charts'
-	# kubeVersion constraints fail against the default v0.0.0-master).
+	# kubeVersion constraints fail against the default v0.0.0-master; the kubelet reports it as the
+	# node's kubeletVersion).
 	local ldflags="" pkg key minor="${KUBERNETES_VERSION#*.}"
 	minor="${minor%%.*}"
 	for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
@@ -147,16 +155,16 @@ build_kube() {
 			ldflags+=" -X $pkg.$key"
 		done
 	done
-	go_build "$replaces" "$ldflags" "$TMP/out" "k8s.io/kubernetes@v$KUBERNETES_VERSION" \
-		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
-	install_bin kube-apiserver "$TMP/out/kube-apiserver"
-	install_bin kubectl "$TMP/out/kubectl"
+	local pkgs=() t
+	for t in "${KUBE_TOOLS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$t"); done
+	go_build "$replaces" "$ldflags" "$TMP/out" "k8s.io/kubernetes@v$KUBERNETES_VERSION" "${pkgs[@]}"
+	for t in "${KUBE_TOOLS[@]}"; do install_bin "$t" "$TMP/out/$t"; done
 }
 
 build_one() {
 	local name="$1"
 	case "$name" in
-	kube-apiserver | kubectl) build_kube ;;
+	kube-apiserver | kubectl | kubelet | kube-controller-manager | kube-scheduler | kube-proxy) build_kube ;;
 	etcd)
 		log "building etcd v$ETCD_VERSION (about a minute)"
 		go_build "" "" "$TMP/out" "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" go.etcd.io/etcd/server/v3

@@ -39,6 +39,15 @@ APT_PACKAGES=(
 	binaryen
 	# OCI tests (host/oci, cmd/tollgate push/pull): a real registry, CNCF distribution 2.8
 	docker-registry
+	# The real single-node cluster of test/e2e and `make demo-cluster` (test/e2e/cluster,
+	# docs/e2e.md): the container runtime, its OCI runtime, the CNI bridge/host-local plugins,
+	# iptables for kube-proxy and the kubelet, conntrack for kube-proxy, util-linux for nsenter.
+	containerd
+	runc
+	containernetworking-plugins
+	iptables
+	conntrack
+	util-linux
 	# --- add further packages here ---
 )
 

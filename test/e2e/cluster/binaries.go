@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,29 +19,65 @@ var ErrMissingBinary = errors.New("control-plane binary missing")
 // installScript is the script, relative to the repository root, that builds the binaries.
 const installScript = "scripts/install-k8s-tools.sh"
 
-// Binaries are the paths of the control-plane binaries.
+// Binaries are the paths of the cluster's binaries. The node's are needed only with
+// Options.Node.
 type Binaries struct {
 	KubeAPIServer string
 	Etcd          string
 	Kubectl       string
+
+	Kubelet               string
+	KubeControllerManager string
+	KubeScheduler         string
+	KubeProxy             string
+	// Containerd and Registry come from Debian's packages (scripts/install-tools.sh).
+	Containerd string
+	Registry   string
 }
 
-// resolveBinaries fills what b lacks from the environment (KUBE_APISERVER, ETCD, KUBECTL), then
-// from scripts/install-k8s-tools.sh, which builds what is missing (kube-apiserver takes minutes the
-// first time on a machine) and prints name=path lines.
-func resolveBinaries(ctx context.Context, b Binaries, logf func(string, ...any)) (Binaries, error) {
-	fields := []struct {
-		tool, env string
-		path      *string
-	}{
-		{"kube-apiserver", "KUBE_APISERVER", &b.KubeAPIServer},
-		{"etcd", "ETCD", &b.Etcd},
-		{"kubectl", "KUBECTL", &b.Kubectl},
+// binaryField is one binary: the install script's name for it (empty: a Debian package's file at
+// a fixed path), its environment variable, its place in Binaries, and whether only a node needs it.
+type binaryField struct {
+	tool, env, fixed string
+	path             *string
+	node             bool
+}
+
+func (b *Binaries) fields() []binaryField {
+	return []binaryField{
+		{tool: "kube-apiserver", env: "KUBE_APISERVER", path: &b.KubeAPIServer},
+		{tool: "etcd", env: "ETCD", path: &b.Etcd},
+		{tool: "kubectl", env: "KUBECTL", path: &b.Kubectl},
+		{tool: "kubelet", env: "KUBELET", path: &b.Kubelet, node: true},
+		{tool: "kube-controller-manager", env: "KUBE_CONTROLLER_MANAGER", path: &b.KubeControllerManager, node: true},
+		{tool: "kube-scheduler", env: "KUBE_SCHEDULER", path: &b.KubeScheduler, node: true},
+		{tool: "kube-proxy", env: "KUBE_PROXY", path: &b.KubeProxy, node: true},
+		{env: "CONTAINERD", fixed: "/usr/bin/containerd", path: &b.Containerd, node: true},
+		{env: "REGISTRY", fixed: "/usr/bin/docker-registry", path: &b.Registry, node: true},
 	}
+}
+
+// ResolveBinaries fills what b lacks from the environment (KUBE_APISERVER, ETCD, KUBECTL, and for a
+// node KUBELET, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KUBE_PROXY, CONTAINERD, REGISTRY), then
+// from scripts/install-k8s-tools.sh, which builds what is missing (minutes the first time on a
+// machine) and prints name=path lines; containerd and the registry are Debian's packages. It sets
+// the environment variables to the paths found, so processes started later (a re-executed test
+// binary in its namespaces, which has no network to build with) find them.
+func ResolveBinaries(ctx context.Context, b Binaries, node bool, logf func(string, ...any)) (Binaries, error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	fields := b.fields()
 	var missing []string
 	for _, f := range fields {
+		if f.node && !node {
+			continue
+		}
 		if *f.path == "" {
 			*f.path = os.Getenv(f.env)
+		}
+		if *f.path == "" && f.fixed != "" {
+			*f.path = f.fixed
 		}
 		if *f.path == "" {
 			missing = append(missing, f.tool)
@@ -58,14 +95,21 @@ func resolveBinaries(ctx context.Context, b Binaries, logf func(string, ...any))
 		}
 	}
 	for _, f := range fields {
+		if f.node && !node {
+			continue
+		}
+		how := "from " + f.env + " or " + installScript
+		if f.fixed != "" {
+			how = "from " + f.env + " or Debian's package (scripts/install-tools.sh installs it)"
+		}
 		if *f.path == "" {
-			return b, fmt.Errorf("cluster: %w: %s (set %s or run %s)", ErrMissingBinary, f.tool, f.env, installScript)
+			return b, fmt.Errorf("cluster: %w: %s (set %s or run %s)", ErrMissingBinary, cmp.Or(f.tool, f.env), f.env, installScript)
 		}
 		st, err := os.Stat(*f.path)
 		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return b, fmt.Errorf("cluster: %w: %s at %s is not an executable file (from %s or %s)",
-				ErrMissingBinary, f.tool, *f.path, f.env, installScript)
+			return b, fmt.Errorf("cluster: %w: %s at %s is not an executable file (%s)", ErrMissingBinary, cmp.Or(f.tool, f.env), *f.path, how)
 		}
+		os.Setenv(f.env, *f.path)
 	}
 	return b, nil
 }

@@ -87,6 +87,33 @@ func (ca *CA) ServingCert(hosts ...string) (certPEM, keyPEM []byte, err error) {
 	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER), nil
 }
 
+// ClientCert issues a client certificate for user cn in groups orgs (x509 authentication: the
+// common name is the user, the organizations its groups) and returns it and its key, PEM-encoded.
+func (ca *CA) ClientCert(cn string, orgs ...string) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: client key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: client certificate for %s: %w", cn, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: client key: %w", err)
+	}
+	return pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER), nil
+}
+
 func serial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {

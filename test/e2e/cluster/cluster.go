@@ -44,6 +44,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// Logf receives progress lines (e.g. testing.T.Logf); nil discards them.
 	Logf func(format string, args ...any)
+	// Node makes it a one-node cluster (see node.go): containerd, the kubelet,
+	// kube-controller-manager, kube-scheduler, kube-proxy, a CNI bridge and a registry beside etcd
+	// and kube-apiserver, on the fixed addresses NodeIP, APIServerPort and RegistryPort. Only
+	// inside the namespaces that Isolated makes.
+	Node bool
 }
 
 // Cluster is a running etcd and kube-apiserver. Its admin user is in system:masters.
@@ -60,13 +65,19 @@ type Cluster struct {
 	// Server is the apiserver's URL; CA signed its serving certificate.
 	Server string
 	CA     *CA
-	// StartDuration is how long Start took from launching etcd to /readyz answering ok.
-	StartDuration time.Duration
+	// StartDuration is how long Start took from launching etcd to /readyz answering ok;
+	// NodeStartDuration how long the node then took to be Ready (Options.Node).
+	StartDuration     time.Duration
+	NodeStartDuration time.Duration
+	// ContainerdSocket is the node's CRI endpoint (Options.Node).
+	ContainerdSocket string
 
 	removeDir bool
 	logf      func(string, ...any)
 	etcd      *process
 	apiserver *process
+	node      node
+	nodeMode  bool
 	stopOnce  sync.Once
 	stopErr   error
 }
@@ -87,11 +98,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.ServiceClusterIPRange == "" {
 		opts.ServiceClusterIPRange = "10.96.0.0/16"
 	}
-	bins, err := resolveBinaries(ctx, opts.Binaries, logf)
+	if opts.Node {
+		opts.ServiceClusterIPRange = ServiceCIDR
+	}
+	bins, err := ResolveBinaries(ctx, opts.Binaries, opts.Node, logf)
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Dir: opts.Dir, Binaries: bins, logf: logf}
+	c := &Cluster{Dir: opts.Dir, Binaries: bins, logf: logf, nodeMode: opts.Node}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "tollgate-e2e-cluster-"); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
@@ -139,6 +153,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := os.WriteFile(c.Kubeconfig, []byte(kubeconfig(c.Server, c.CA.CertPEM, string(token))), 0o600); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
+	if opts.Node {
+		if err := c.startNode(ctx, opts, logf); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -153,6 +172,9 @@ func (c *Cluster) startEtcd(ctx context.Context, opts Options, logf func(string,
 		ports, err := freePorts(2)
 		if err != nil {
 			return "", err
+		}
+		if c.nodeMode { // alone in its network namespace
+			ports = []int{2379, 2380}
 		}
 		clientURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
 		peerURL := "http://127.0.0.1:" + strconv.Itoa(ports[1])
@@ -200,7 +222,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, etcdURL, tok
 			return err
 		}
 		c.Server = "https://127.0.0.1:" + strconv.Itoa(ports[0])
-		flags := mergeFlags([]string{
+		base := []string{
 			"--etcd-servers=" + etcdURL,
 			"--bind-address=127.0.0.1",
 			"--advertise-address=127.0.0.1",
@@ -220,7 +242,27 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, etcdURL, tok
 			"--service-account-signing-key-file=" + filepath.Join(c.Dir, "sa.key"),
 			"--allow-privileged=true",
 			"--profiling=false",
-		}, opts.APIServerFlags)
+		}
+		if c.nodeMode {
+			c.Server = "https://127.0.0.1:" + strconv.Itoa(APIServerPort)
+			base = mergeFlags(base, []string{
+				// Pods reach it at the `kubernetes` Service, which kube-proxy sends to NodeIP.
+				"--bind-address=0.0.0.0",
+				"--advertise-address=" + NodeIP,
+				"--secure-port=" + strconv.Itoa(APIServerPort),
+				"--authorization-mode=Node,RBAC",
+				// The ServiceAccount admission plugin back on: kube-controller-manager makes the
+				// accounts, and pods get their projected tokens.
+				"--disable-admission-plugins=",
+				"--enable-admission-plugins=NodeRestriction",
+				"--client-ca-file=" + filepath.Join(c.Dir, "ca.crt"),
+				"--kubelet-client-certificate=" + filepath.Join(c.Dir, "apiserver-kubelet-client.crt"),
+				"--kubelet-client-key=" + filepath.Join(c.Dir, "apiserver-kubelet-client.key"),
+				// The node's name does not resolve (no DNS): dial its InternalIP.
+				"--kubelet-preferred-address-types=InternalIP",
+			})
+		}
+		flags := mergeFlags(base, opts.APIServerFlags)
 		c.apiserver, err = startProcess(c.Dir, "kube-apiserver", c.Binaries.KubeAPIServer, flags...)
 		if err != nil {
 			return err
@@ -246,7 +288,12 @@ func (c *Cluster) writeAPIServerFiles() error {
 	if c.CA, err = NewCA("tollgate-e2e-ca"); err != nil {
 		return err
 	}
-	certPEM, keyPEM, err := c.CA.ServingCert("127.0.0.1", "localhost", "kubernetes.default.svc")
+	hosts := []string{"127.0.0.1", "localhost", "kubernetes.default.svc"}
+	if c.nodeMode {
+		// In-cluster clients dial the `kubernetes` Service's ClusterIP and check it.
+		hosts = append(hosts, NodeIP, KubernetesServiceIP, "kubernetes", "kubernetes.default", "kubernetes.default.svc.cluster.local")
+	}
+	certPEM, keyPEM, err := c.CA.ServingCert(hosts...)
 	if err != nil {
 		return err
 	}
@@ -276,6 +323,22 @@ func (c *Cluster) writeAPIServerFiles() error {
 		"admin.token":   []byte(token),
 		// token,user,uid,"group,..."
 		"tokens.csv": fmt.Appendf(nil, "%s,%s,%s,\"system:masters\"\n", token, AdminUser, AdminUser),
+	}
+	if c.nodeMode {
+		for _, nt := range nodeTokens {
+			if _, err := rand.Read(tok); err != nil {
+				return fmt.Errorf("cluster: token: %w", err)
+			}
+			t := hex.EncodeToString(tok)
+			files[nt.file] = []byte(t)
+			files["tokens.csv"] = fmt.Appendf(files["tokens.csv"], "%s,%s,%s,%q\n", t, nt.user, nt.user, nt.groups)
+		}
+		// The apiserver's identity towards the kubelet (logs, exec): x509, in system:masters.
+		crt, key, err := c.CA.ClientCert("kube-apiserver-kubelet-client", "system:masters")
+		if err != nil {
+			return err
+		}
+		files["apiserver-kubelet-client.crt"], files["apiserver-kubelet-client.key"] = crt, key
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(c.Dir, name), data, 0o600); err != nil {
@@ -316,12 +379,17 @@ func (c *Cluster) KubectlWithInput(ctx context.Context, stdin io.Reader, args ..
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
-		for _, p := range []*process{c.apiserver, c.etcd} {
+		for _, p := range append(c.nodeProcesses(), c.apiserver, c.etcd) {
 			if p != nil {
 				begin := time.Now()
 				errs = append(errs, p.stop(15*time.Second))
 				c.logf("cluster: %s stopped in %v", p.name, time.Since(begin).Round(time.Millisecond))
 			}
+		}
+		if c.nodeMode {
+			errs = append(errs, c.stopNodeLeftovers())
+			// The bridge goes too, so that a later node cluster in the same namespaces can make it.
+			_ = exec.Command("ip", "link", "del", bridgeName).Run()
 		}
 		if c.removeDir {
 			errs = append(errs, os.RemoveAll(c.Dir))
@@ -334,7 +402,7 @@ func (c *Cluster) Stop() error {
 // LogTail returns the last n lines of kube-apiserver's and etcd's logs, for failure messages.
 func (c *Cluster) LogTail(n int) string {
 	var b strings.Builder
-	for _, p := range []*process{c.apiserver, c.etcd} {
+	for _, p := range append(c.nodeProcesses(), c.apiserver, c.etcd) {
 		if p != nil {
 			fmt.Fprintf(&b, "--- last %d lines of %s ---\n%s\n", n, p.logPath, p.tail(n))
 		}

@@ -1,0 +1,205 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// isolatedEnv marks the process that runs inside the namespaces Isolated made.
+const isolatedEnv = "TOLLGATE_E2E_ISOLATED"
+
+// hostSysctls are the machine-wide settings a kubelet (and kube-proxy) may change: Isolated saves
+// them before the node starts and writes them back after it is gone. Per-network-namespace ones
+// (net.ipv4.ip_forward, route_localnet, ...) vanish with the namespace and need no restoring.
+var hostSysctls = []string{
+	"vm/overcommit_memory",
+	"vm/panic_on_oom",
+	"kernel/panic",
+	"kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys",
+	"kernel/keys/root_maxbytes",
+	"net/netfilter/nf_conntrack_max",
+}
+
+// InIsolation reports whether this process runs inside the namespaces [Isolated] made.
+func InIsolation() bool { return os.Getenv(isolatedEnv) == "1" }
+
+// Isolated runs f in new network, mount and PID namespaces and returns its exit code: a real node
+// (kubelet, containerd, its pods' networks) changes the machine, and these namespaces keep those
+// changes to a sandbox that the kernel itself takes down.
+//
+// The first call re-executes the current binary (same arguments) as PID 1 of the new namespaces
+// and waits for it; the re-executed process's call runs f. When it ends, however it ends (a failed
+// test, a panic, SIGKILL of the parent: the child has Pdeathsig), the kernel kills every process of
+// the PID namespace (containerd, shims, containers, kubelet, apiserver), and with the last of them
+// go the network namespace (the bridge, veths, iptables chains, pod namespaces) and the mount
+// namespace (overlay rootfs, volume tmpfs). What is machine-wide is then restored by the parent:
+// the sysctls the kubelet sets, and the /kubepods cgroups it makes at the root of each cgroup v1
+// hierarchy.
+//
+// Inside, mounts are private, /proc is the new PID namespace's, loopback is up, and nothing but
+// loopback and what the test creates is reachable: test traffic cannot leave the machine.
+func Isolated(f func() int) int {
+	if InIsolation() {
+		if err := enterSandbox(); err != nil {
+			fmt.Fprintln(os.Stderr, "cluster: isolation:", err)
+			return 1
+		}
+		return f()
+	}
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "cluster: the real-node end-to-end tests run a kubelet and a container runtime: they need root (run as root, e.g. in CI)")
+		return 1
+	}
+	saved := readSysctls()
+	cgroupsBefore := topCgroups()
+	code := runIsolatedChild()
+	if err := restoreHost(saved, cgroupsBefore); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster: teardown:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// runIsolatedChild re-executes this binary in the new namespaces, passes SIGINT and SIGTERM on,
+// and returns its exit code.
+func runIsolatedChild() int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cluster: isolation:", err)
+		return 1
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), isolatedEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "cluster: isolation: starting the namespaced test process:", err)
+		return 1
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case err := <-done:
+			var ee *exec.ExitError
+			switch {
+			case err == nil:
+				return 0
+			case errors.As(err, &ee):
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					fmt.Fprintf(os.Stderr, "cluster: the namespaced test process was killed by %v\n", ws.Signal())
+					return 1
+				}
+				return ee.ExitCode()
+			default:
+				fmt.Fprintln(os.Stderr, "cluster: isolation:", err)
+				return 1
+			}
+		}
+	}
+}
+
+// enterSandbox finishes the namespaces from the inside: private mounts (nothing mounted here is
+// seen by the machine), a /proc of the new PID namespace, loopback up.
+func enterSandbox() error {
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mounting /proc: %w", err)
+	}
+	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		return fmt.Errorf("ip link set lo up: %w: %s", err, out)
+	}
+	return nil
+}
+
+func readSysctls() map[string]string {
+	m := map[string]string{}
+	for _, k := range hostSysctls {
+		if b, err := os.ReadFile("/proc/sys/" + k); err == nil {
+			m[k] = strings.TrimSpace(string(b))
+		}
+	}
+	return m
+}
+
+// cgroupRoot is where the cgroup v1 hierarchies are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// topCgroups lists the directories directly under each hierarchy's root.
+func topCgroups() map[string]bool {
+	m := map[string]bool{}
+	hs, _ := os.ReadDir(cgroupRoot)
+	for _, h := range hs {
+		ds, _ := os.ReadDir(filepath.Join(cgroupRoot, h.Name()))
+		for _, d := range ds {
+			if d.IsDir() {
+				m[filepath.Join(cgroupRoot, h.Name(), d.Name())] = true
+			}
+		}
+	}
+	return m
+}
+
+// restoreHost writes the saved sysctls back and removes the cgroups that appeared at the roots
+// while the node ran (kubepods and its children: their processes are gone with the PID
+// namespace, so they are empty; they are removed deepest first).
+func restoreHost(saved map[string]string, before map[string]bool) error {
+	var errs []error
+	now := readSysctls()
+	for k, v := range saved {
+		if now[k] != v {
+			if err := os.WriteFile("/proc/sys/"+k, []byte(v), 0o644); err != nil {
+				errs = append(errs, fmt.Errorf("restoring %s=%s: %w", k, v, err))
+			}
+		}
+	}
+	for dir := range topCgroups() {
+		if before[dir] || !strings.HasPrefix(filepath.Base(dir), "kubepods") {
+			continue
+		}
+		if err := removeCgroupTree(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupTree removes a cgroup directory and its children, deepest first (a cgroup directory
+// is removed with rmdir; its control files go with it).
+func removeCgroupTree(root string) error {
+	var dirs []string
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	var last error
+	for _, d := range dirs {
+		if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+			last = fmt.Errorf("removing cgroup %s: %w", d, err)
+		}
+	}
+	return last
+}
