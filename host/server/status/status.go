@@ -15,6 +15,10 @@ const (
 	// StateFailed: the policy is not loaded; its endpoint answers HTTP 500
 	// with an AdmissionReview error.
 	StateFailed = "failed"
+	// StateLoading: the server is still loading its first configuration
+	// (Generation 0) and this policy's load has not ended yet; nothing
+	// serves it (the webhook port is not open).
+	StateLoading = "loading"
 )
 
 // Policy kinds.
@@ -26,17 +30,21 @@ const (
 // Policies is the body of GET /policies.
 type Policies struct {
 	// Generation of the serving policy set: 1 at start, +1 per adopted reload.
+	// 0 while the server loads its first configuration: nothing serves yet,
+	// ConfigDigest is the digest of the file being loaded, and Policies says
+	// which policies are still StateLoading.
 	Generation uint64 `json:"generation"`
-	// LoadedAt is when the serving set was built.
-	LoadedAt time.Time `json:"loadedAt"`
+	// LoadedAt is when the serving set was built (absent while loading).
+	LoadedAt time.Time `json:"loadedAt,omitzero"`
 	// ConfigDigest is Digest of the exact policies.yml bytes the serving set
 	// was built from. Empty for the embedded default configuration.
 	ConfigDigest string `json:"configDigest"`
 	// Embedded is true when the server serves its embedded default
 	// configuration (no --policies).
 	Embedded bool `json:"embedded,omitempty"`
-	// LastReload is the outcome of the last reload attempt.
-	LastReload Reload `json:"lastReload"`
+	// LastReload is the outcome of the last reload attempt (absent while
+	// loading the first configuration).
+	LastReload Reload `json:"lastReload,omitzero"`
 	// Policies of the serving set, sorted by id.
 	Policies []Policy `json:"policies"`
 }
@@ -72,7 +80,7 @@ type Policy struct {
 	Digest          string `json:"digest,omitempty"`
 	Mode            string `json:"mode"`
 	AllowedToMutate bool   `json:"allowedToMutate"`
-	State           string `json:"state"` // StateReady or StateFailed
+	State           string `json:"state"` // StateReady, StateFailed or StateLoading
 	// Stale is true when the policy's version in the serving policies.yml
 	// failed to load (Error says why) and the version loaded before keeps
 	// serving its endpoint; Module, Digest, Mode, AllowedToMutate, LoadedAt,
@@ -114,7 +122,8 @@ var (
 	// ErrNoPolicy: the served policies.yml has no such policy.
 	ErrNoPolicy = errors.New("no such policy in the served policies.yml")
 	// ErrNotLoaded: the policy's version in the served policies.yml is not
-	// loaded (failed, or stale with its previous version serving).
+	// loaded (failed, stale with its previous version serving, or still
+	// loading at start-up).
 	ErrNotLoaded = errors.New("the policy is not loaded")
 )
 
@@ -139,6 +148,8 @@ func (ps *Policies) Serves(configDigest, id string) error {
 			return nil
 		case p.Stale:
 			return fmt.Errorf("%w: policy %s: its new version failed to load (the previous one keeps serving): %s", ErrNotLoaded, id, p.Error)
+		case p.State == StateLoading:
+			return fmt.Errorf("%w: policy %s: still loading", ErrNotLoaded, id)
 		default:
 			return fmt.Errorf("%w: policy %s: %s", ErrNotLoaded, id, p.Error)
 		}

@@ -20,6 +20,7 @@ func TestStatusServes(t *testing.T) {
 			{ID: "ok", State: status.StateReady},
 			{ID: "stale", State: status.StateReady, Stale: true, Error: "settings rejected"},
 			{ID: "failed", State: status.StateFailed, Error: "no module"},
+			{ID: "loading", State: status.StateLoading},
 		}}
 	for _, tt := range []struct {
 		digest, id string
@@ -29,6 +30,7 @@ func TestStatusServes(t *testing.T) {
 		{"sha256:a", "ok", nil, ""},
 		{"sha256:a", "stale", status.ErrNotLoaded, "settings rejected"},
 		{"sha256:a", "failed", status.ErrNotLoaded, "no module"},
+		{"sha256:a", "loading", status.ErrNotLoaded, "still loading"},
 		{"sha256:a", "absent", status.ErrNoPolicy, "absent"},
 		{"sha256:b", "ok", status.ErrOtherConfig, "malformed"},
 		{"sha256:c", "ok", status.ErrOtherConfig, "sha256:a"},
