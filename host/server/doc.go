@@ -1,6 +1,7 @@
 // Package server is tollgate's admission webhook: HTTPS routes
 // (/validate/{id}, /validate_raw/{id}, /audit/{id}), the plain-HTTP probe
-// port (/readiness, /livez, /metrics, /policies), TLS with certificate
+// port (/readiness, /livez, /metrics, /policies; open while the first policy
+// set loads: Open, ServeProbes, Load, Start), TLS with certificate
 // reload, bounded concurrency with a bounded queue, body limits, timeouts,
 // graceful drain, and hot reload of the policy set with an atomic swap.
 //

@@ -411,20 +411,25 @@ func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind
 }
 
 func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
-	set := s.acquire()
-	defer set.release()
-	s.statusMu.RLock()
-	last := s.lastReload
-	s.statusMu.RUnlock()
-	out := status.Policies{Generation: set.gen, LoadedAt: set.loadedAt, ConfigDigest: set.digest, Embedded: set.cfg.Embedded,
-		LastReload: last, Policies: make([]status.Policy, 0, len(set.entries))}
-	ids := make([]string, 0, len(set.entries))
-	for id := range set.entries {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		out.Policies = append(out.Policies, set.entries[id].status())
+	var out status.Policies
+	if s.cur.Load() == nil {
+		out = s.loading.policies() // the first set is loading: nothing serves yet
+	} else {
+		set := s.acquire()
+		defer set.release()
+		s.statusMu.RLock()
+		last := s.lastReload
+		s.statusMu.RUnlock()
+		out = status.Policies{Generation: set.gen, LoadedAt: set.loadedAt, ConfigDigest: set.digest, Embedded: set.cfg.Embedded,
+			LastReload: last, Policies: make([]status.Policy, 0, len(set.entries))}
+		ids := make([]string, 0, len(set.entries))
+		for id := range set.entries {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			out.Policies = append(out.Policies, set.entries[id].status())
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
@@ -432,9 +437,19 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 	enc.Encode(out)
 }
 
+// policyStatus is the /policies form of p's configuration in state, without
+// what loading it gives (module, digest, members).
+func policyStatus(p *config.Policy, state string) status.Policy {
+	st := status.Policy{ID: p.ID, Kind: status.KindPolicy, Mode: string(p.Mode), AllowedToMutate: p.AllowedToMutate, State: state}
+	if p.IsGroup() {
+		st.Kind, st.Expression = status.KindGroup, p.Group.Expression
+	}
+	return st
+}
+
 // status is the entry's /policies form.
 func (e *entry) status() status.Policy {
-	p := status.Policy{ID: e.cfg.ID, Kind: status.KindPolicy, Mode: string(e.cfg.Mode), AllowedToMutate: e.cfg.AllowedToMutate, State: e.state()}
+	p := policyStatus(&e.cfg, e.state())
 	switch {
 	case e.err != nil:
 		p.Error = e.err.Error()
@@ -449,7 +464,6 @@ func (e *entry) status() status.Policy {
 		}
 		return p
 	}
-	p.Kind, p.Expression = status.KindGroup, e.cfg.Group.Expression
 	for _, m := range e.cfg.Group.Members {
 		u := e.members[m.Name]
 		mi := status.Member{Name: m.Name, Module: u.module, Digest: u.digest, State: status.StateReady}

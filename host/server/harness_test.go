@@ -194,6 +194,47 @@ type harnessOpts struct {
 
 func start(t testing.TB, ho harnessOpts) *harness {
 	t.Helper()
+	h, so := prepare(t, ho)
+	srv, err := New(context.Background(), so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = srv
+	if ho.noStart {
+		return h
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.serving()
+	scheme := "https"
+	if h.srv.opts.InsecureHTTP {
+		scheme = "http"
+	}
+	h.base = scheme + "://" + srv.Addr()
+	h.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: h.ca}, MaxIdleConnsPerHost: 64, ForceAttemptHTTP2: true}}
+	return h
+}
+
+// serving sets the probe client of h.srv, whose probe port is open, and shuts
+// the server down at the end of the test.
+func (h *harness) serving() {
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.srv.Shutdown(ctx)
+		if h.t.Failed() {
+			h.t.Logf("server log:\n%s", h.logs.String())
+		}
+	})
+	h.probeAt = "http://" + h.srv.ProbeAddr()
+	h.probe = &http.Client{Timeout: 10 * time.Second}
+}
+
+// prepare writes the harness's files and returns the server's options.
+func prepare(t testing.TB, ho harnessOpts) (*harness, Options) {
+	t.Helper()
 	h := &harness{t: t, dir: t.TempDir(), logs: &testfixture.SyncBuffer{}}
 	h.pfile = filepath.Join(h.dir, "policies.yml")
 	if ho.volume {
@@ -267,35 +308,7 @@ func start(t testing.TB, ho harnessOpts) *harness {
 	if ho.retry > 0 {
 		so.RetryInterval = ho.retry
 	}
-	srv, err := New(context.Background(), so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.srv = srv
-	if ho.noStart {
-		return h
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		if t.Failed() {
-			t.Logf("server log:\n%s", h.logs.String())
-		}
-	})
-	scheme := "https"
-	if o.InsecureHTTP {
-		scheme = "http"
-	}
-	h.base = scheme + "://" + srv.Addr()
-	h.probeAt = "http://" + srv.ProbeAddr()
-	h.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: h.ca}, MaxIdleConnsPerHost: 64, ForceAttemptHTTP2: true}}
-	h.probe = &http.Client{Timeout: 10 * time.Second}
-	return h
+	return h, so
 }
 
 // post sends body to path and returns status and body.

@@ -23,6 +23,7 @@ type metrics struct {
 	lastReload      prometheus.Gauge
 	generation      prometheus.Gauge
 	loadDuration    prometheus.Histogram
+	policiesLoading prometheus.Gauge
 	certReloads     *prometheus.CounterVec
 	certNotAfter    prometheus.Gauge
 	unitsLoaded     *prometheus.CounterVec
@@ -101,6 +102,11 @@ func newMetrics() *metrics {
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})
 	f(m.loadDuration)
+	m.policiesLoading = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_config_policies_loading",
+		Help: "Policies (and groups) of the start-up configuration whose load has not ended: the count /readiness reports while it answers 503; 0 once each one loaded or failed.",
+	})
+	f(m.policiesLoading)
 	m.unitsLoaded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_config_policy_loads_total",
 		Help: "Policies (and group members) loaded by outcome: loaded, reused (unchanged across a reload), failed.",

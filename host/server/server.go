@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,6 +88,12 @@ type Server struct {
 	lim     *limiter
 	ready   atomic.Bool
 	closing atomic.Bool
+	// loading is the start-up load's progress, shown until the first set serves.
+	loading     *loadProgress
+	loadStarted atomic.Bool
+	// fault, once set, is why the server is broken (a --strict load that
+	// failed, the webhook's serving loop that died): /livez answers 503.
+	fault atomic.Pointer[error]
 	// draining is set by Drain: unready, and every webhook response closes
 	// its connection.
 	draining atomic.Bool
@@ -110,10 +117,23 @@ type Server struct {
 	lastCloser chan struct{}
 }
 
-// New builds the server and loads the initial policy set (all policies in
-// parallel). Policies that fail to load are served as 500 errors unless
+// New builds the server and loads the initial policy set: Open, then Load.
+// Policies that fail to load are served as 500 errors unless
 // Config.Options.Strict, where New fails.
 func New(ctx context.Context, o Options) (*Server, error) {
+	s, err := Open(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Load(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open builds the server without loading its policies. Then ServeProbes (so
+// that the probe port answers while the policies load), Load, and Start.
+func Open(o Options) (*Server, error) {
 	if o.Config == nil || o.Loader == nil {
 		return nil, errors.New("server: Config and Loader are required")
 	}
@@ -131,13 +151,32 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if o.API != nil {
 		s.api = newAPIState(s.m.reg)
 	}
-	for _, w := range o.Config.Warnings {
+	s.loading = newLoadProgress(o.Config, s.m.policiesLoading)
+	if o.Certs != nil {
+		o.Certs.SetHook(s.certReloadHook())
+	}
+	return s, nil
+}
+
+// Load loads the initial policy set (all policies in parallel); call it once,
+// between Open and Start. While it runs, the probe port (ServeProbes) answers
+// /livez 200, /readiness 503 with how many policies are still loading, and
+// /policies with each policy's state. Policies that fail to load are served
+// as 500 errors unless Config.Options.Strict, where Load fails, and /livez
+// answers 503 from then on.
+func (s *Server) Load(ctx context.Context) error {
+	if !s.loadStarted.CompareAndSwap(false, true) {
+		return errors.New("server: Load called twice")
+	}
+	cfg := s.o.Config
+	for _, w := range cfg.Warnings {
 		s.log.Warn("configuration warning", "warning", w)
 	}
-	s.warnContextAware(o.Config)
+	s.warnContextAware(cfg)
+	s.log.Info("loading policies", "policies", len(cfg.Policies))
 	start := time.Now()
-	set, st := build(ctx, o.Loader, o.Config, s.gen.Add(1), nil)
-	set.setSource(o.Config.Source)
+	set, st := build(ctx, s.o.Loader, cfg, s.gen.Add(1), nil, s.loading.settled)
+	set.setSource(cfg.Source)
 	s.m.loadDuration.Observe(time.Since(start).Seconds())
 	s.countLoads(st)
 	for _, id := range set.failed() {
@@ -149,15 +188,27 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		for _, id := range failed {
 			errs = append(errs, fmt.Errorf("policy %s: %w", id, set.entries[id].err))
 		}
-		return nil, fmt.Errorf("%w (--strict): %w", ErrStrict, errors.Join(errs...))
-	}
-	if o.Certs != nil {
-		o.Certs.SetHook(s.certReloadHook())
+		err := fmt.Errorf("%w (--strict): %w", ErrStrict, errors.Join(errs...))
+		s.setFault(err)
+		return err
 	}
 	s.log.Info("policies loaded", "policies", len(set.entries), "failed", len(set.failed()), "duration", time.Since(start).Round(time.Millisecond))
+	s.reloadMu.Lock() // Shutdown closes what serves once it holds it
+	defer s.reloadMu.Unlock()
+	if s.closing.Load() {
+		closeUnshared(ctx, set, nil)
+		return errors.New("server: shut down while loading")
+	}
 	s.swap(set, "start")
 	s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: "start", Digest: set.digest})
-	return s, nil
+	return nil
+}
+
+// setFault records that the server is broken (the first cause wins): /livez
+// answers 503 with it, and the server is unready.
+func (s *Server) setFault(err error) {
+	s.fault.CompareAndSwap(nil, &err)
+	s.ready.Store(false)
 }
 
 func (s *Server) certReloadHook() func(ok bool, notAfter time.Time) {
@@ -268,6 +319,9 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	if s.closing.Load() {
 		return fmt.Errorf("%w: the server is shutting down", ErrReload)
 	}
+	if s.cur.Load() == nil {
+		return fmt.Errorf("%w: the first configuration is still loading", ErrReload)
+	}
 	cfg, src, err := s.reread()
 	digest := ""
 	if src != nil {
@@ -301,7 +355,7 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	// changes policies only.
 	cfg.Options = s.opts
 	start := time.Now()
-	set, st := build(ctx, s.o.Loader, cfg, s.gen.Load()+1, cur)
+	set, st := build(ctx, s.o.Loader, cfg, s.gen.Load()+1, cur, nil)
 	set.source, set.digest = src, digest // as setSource, without hashing src again
 	set.keepLoaded(cur)
 	failed, stale := set.failed(), set.staleIDs()
@@ -346,22 +400,55 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	return nil
 }
 
-// Start listens on the webhook and probe ports and serves until Shutdown.
+// ServeProbes listens on the probe port and serves /livez, /readiness,
+// /metrics and /policies until Shutdown. Call it before Load, so that the
+// probes answer while the policies load (a cold compilation takes tens of
+// seconds); Start calls it when it was not.
+func (s *Server) ServeProbes() error {
+	if s.probe != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.ReadinessProbePort)))
+	if err != nil {
+		return fmt.Errorf("--readiness-probe-port: %w", err)
+	}
+	s.probeLn = ln
+	s.probe = &http.Server{
+		Handler:           s.probeHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		ErrorLog:          s.errorLog(),
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		if err := s.probe.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("probe server stopped", "error", err)
+		}
+	}()
+	s.log.Debug("probe port open", "probes", "http://"+ln.Addr().String())
+	return nil
+}
+
+func (s *Server) errorLog() *log.Logger { return slog.NewLogLogger(s.log.Handler(), slog.LevelDebug) }
+
+// Start listens on the webhook port (and the probe port, unless ServeProbes
+// did), after Load, and serves until Shutdown; the server is ready from then on.
 func (s *Server) Start(ctx context.Context) error {
+	if s.cur.Load() == nil {
+		return errors.New("server: Start before Load")
+	}
 	if !s.opts.InsecureHTTP && s.o.TLS == nil {
 		return fmt.Errorf("%w: no certificate (give --cert-file/--key-file, or --insecure-http for local use)", ErrTLS)
 	}
-	hookAddr := net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.Port))
-	probeAddr := net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.ReadinessProbePort))
+	if err := s.ServeProbes(); err != nil {
+		return err
+	}
 	var err error
-	if s.hookLn, err = net.Listen("tcp", hookAddr); err != nil {
+	if s.hookLn, err = net.Listen("tcp", net.JoinHostPort(s.opts.Addr, strconv.Itoa(s.opts.Port))); err != nil {
 		return fmt.Errorf("--port: %w", err)
 	}
-	if s.probeLn, err = net.Listen("tcp", probeAddr); err != nil {
-		s.hookLn.Close()
-		return fmt.Errorf("--readiness-probe-port: %w", err)
-	}
-	errLog := slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	s.hook = &http.Server{
 		Handler:           s.webhookHandler(),
 		ReadHeaderTimeout: min(s.opts.ReadTimeout, 5*time.Second),
@@ -369,36 +456,24 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          errLog,
+		ErrorLog:          s.errorLog(),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
-	s.probe = &http.Server{
-		Handler:           s.probeHandler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		ErrorLog:          errLog,
 	}
 	hookLn := s.hookLn
 	if !s.opts.InsecureHTTP {
 		hookLn = tls.NewListener(s.hookLn, s.o.TLS)
 	}
-	s.bg.Add(2)
+	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		if err := s.hook.Serve(hookLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("webhook server stopped", "error", err)
-		}
-	}()
-	go func() {
-		defer s.bg.Done()
-		if err := s.probe.Serve(s.probeLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("probe server stopped", "error", err)
+			s.setFault(fmt.Errorf("the webhook server stopped: %w", err))
 		}
 	}()
 	if len(s.o.WatchFiles) > 0 && s.o.Reread != nil {
 		s.watch(ctx)
-		// New read the file before the watch existed: a change made while the first set
+		// Load read the file before the watch existed: a change made while the first set
 		// loaded (seconds, minutes for a cold compilation) raised no event and would wait for
 		// the next one. Read it once more now that changes are watched (unchanged bytes cost
 		// one read).
@@ -414,7 +489,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if (s.o.Reread != nil || s.o.API != nil) && s.o.RetryInterval >= 0 {
 		s.retryFailed(ctx)
 	}
-	s.ready.Store(!s.draining.Load())
+	s.ready.Store(!s.draining.Load() && s.fault.Load() == nil)
 	scheme := "https"
 	if s.opts.InsecureHTTP {
 		scheme = "http"
@@ -426,7 +501,7 @@ func (s *Server) Start(ctx context.Context) error {
 // Addr is the webhook's listening address (after Start).
 func (s *Server) Addr() string { return s.hookLn.Addr().String() }
 
-// ProbeAddr is the probe port's listening address (after Start).
+// ProbeAddr is the probe port's listening address (after ServeProbes or Start).
 func (s *Server) ProbeAddr() string { return s.probeLn.Addr().String() }
 
 // watch reloads when a watched file's directory changes (debounced). Watching
@@ -565,17 +640,41 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 func (s *Server) probeHandler() http.Handler {
 	mux := http.NewServeMux()
+	// /readiness: serving every policy of the configuration (each loaded or
+	// failed) on the webhook port.
 	mux.HandleFunc("GET /readiness", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			http.Error(w, s.unready(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	// /livez: not wedged. It answers while the policies load, however long
+	// a compilation takes, and fails once the server is broken.
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.fault.Load(); err != nil {
+			http.Error(w, "broken: "+(*err).Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /policies", s.handlePolicies)
 	return mux
+}
+
+// unready says why /readiness answers 503.
+func (s *Server) unready() string {
+	fault := s.fault.Load()
+	switch {
+	case fault != nil:
+		return "broken: " + (*fault).Error()
+	case s.closing.Load() || s.draining.Load():
+		return "shutting down"
+	case s.cur.Load() == nil:
+		return s.loading.String()
+	}
+	return "starting: the webhook port is not serving yet"
 }
 
 func (s *Server) webhookHandler() http.Handler {

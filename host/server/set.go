@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -159,11 +161,30 @@ type entry struct {
 	// unit and members are that version's).
 	stale error
 
+	// pending counts the units still loading while build runs; the entry
+	// settles (err is set) when it reaches 0.
+	pending int
+
 	// throttleUntil (unix ns): after an evaluation that hit its deadline or
 	// memory limit, the policy runs one evaluation at a time until then, so
 	// a misbehaving policy cannot occupy every worker.
 	throttleUntil atomic.Int64
 	throttled     atomic.Int32 // evaluations running while throttled
+}
+
+// settle sets the entry's load error once its units' loads ended: a single
+// policy's, or a group's first failed member's (by name).
+func (e *entry) settle() {
+	if e.unit != nil {
+		e.err = e.unit.err
+		return
+	}
+	for _, n := range slices.Sorted(maps.Keys(e.members)) {
+		if err := e.members[n].err; err != nil {
+			e.err = fmt.Errorf("member %s: %w", n, err)
+			return
+		}
+	}
 }
 
 func (e *entry) state() string {
@@ -299,10 +320,13 @@ type buildStats struct {
 
 // build loads cfg into a new set, reusing units of old (may be nil) whose key
 // did not change. Policies load in parallel; modules are fetched once per URI.
-func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *policySet) (*policySet, buildStats) {
+// settled, when not nil, is called with each entry once its load ended (loaded
+// or failed), while no other entry settles: the start-up load's progress.
+func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *policySet, settled func(*entry)) (*policySet, buildStats) {
 	s := newSet(gen, cfg)
 	o := &cfg.Options
 	type job struct {
+		e    *entry
 		u    *unit
 		car  []config.ContextAwareResource
 		caps []string
@@ -317,11 +341,16 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			for _, m := range p.Group.Members {
 				u := &unit{id: p.ID + "/" + m.Name, module: m.Module, settings: m.Settings, timeout: m.Timeout}
 				e.members[m.Name] = u
-				jobs = append(jobs, job{u, m.ContextAwareResources, m.HostCapabilities})
+				jobs = append(jobs, job{e, u, m.ContextAwareResources, m.HostCapabilities})
 			}
+			e.pending = len(e.members)
 		} else {
 			e.unit = &unit{id: p.ID, module: p.Module, settings: p.Settings, timeout: p.Timeout}
-			jobs = append(jobs, job{e.unit, p.ContextAwareResources, p.HostCapabilities})
+			jobs = append(jobs, job{e, e.unit, p.ContextAwareResources, p.HostCapabilities})
+			e.pending = 1
+		}
+		if e.pending == 0 && settled != nil {
+			settled(e) // nothing to load
 		}
 	}
 
@@ -345,6 +374,50 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 		f.once.Do(func() { f.wasm, f.digest, f.err = l.Resolve(ctx, uri) })
 		return f
 	}
+	// load fetches and loads u (or reuses old's unit of the same key); it
+	// sets u's digest, key, and eval or err, and reports whether it reused.
+	load := func(u *unit, car []config.ContextAwareResource, caps []string) (reused bool) {
+		f := fetch(u.module)
+		if f.err != nil {
+			u.err = f.err
+			return false
+		}
+		timeout := u.timeout
+		if timeout <= 0 {
+			timeout = o.PolicyTimeout
+		}
+		u.digest = f.digest
+		u.key = unitKey(u.id, f.digest, u.settings, timeout, o, car, caps)
+		if old != nil {
+			if ou, ok := old.units[u.key]; ok && ou.eval != nil {
+				u.eval, u.loadedAt = ou.eval, ou.loadedAt
+				return true
+			}
+		}
+		spec := policy.Spec{
+			ID: u.id, Module: f.wasm, Digest: f.digest, Settings: u.settings, Timeout: timeout,
+			MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
+			ShareGroup: grantsKey(car, caps),
+		}
+		var err error
+		if hc := hostCallsOf(l); hc != nil {
+			spec.HostCalls, err = hc(u.id, car, caps)
+			spec.HostCallsInline = true // HostCallsFunc's handlers return by the deadline
+		}
+		if cf := clusterOf(l); cf != nil && len(car) > 0 {
+			spec.Cluster = cf(u.id, car)
+		}
+		var ev Evaluator
+		if err == nil {
+			ev, err = l.Load(ctx, spec)
+		}
+		if err != nil {
+			u.err = err
+			return false
+		}
+		u.eval, u.loadedAt = ev, time.Now()
+		return false
+	}
 
 	var stats buildStats
 	var smu sync.Mutex
@@ -353,81 +426,37 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 	for _, j := range jobs {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(u *unit, car []config.ContextAwareResource, caps []string) {
+		go func(j job) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			f := fetch(u.module)
-			if f.err != nil {
-				u.err = f.err
-				smu.Lock()
-				stats.failed++
-				smu.Unlock()
-				return
-			}
-			timeout := u.timeout
-			if timeout <= 0 {
-				timeout = o.PolicyTimeout
-			}
-			u.digest = f.digest
-			u.key = unitKey(u.id, f.digest, u.settings, timeout, o, car, caps)
-			if old != nil {
-				if ou, ok := old.units[u.key]; ok && ou.eval != nil {
-					u.eval, u.loadedAt = ou.eval, ou.loadedAt
-					smu.Lock()
-					stats.reused++
-					smu.Unlock()
-					return
-				}
-			}
-			spec := policy.Spec{
-				ID: u.id, Module: f.wasm, Digest: f.digest, Settings: u.settings, Timeout: timeout,
-				MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
-				ShareGroup: grantsKey(car, caps),
-			}
-			var err error
-			if hc := hostCallsOf(l); hc != nil {
-				spec.HostCalls, err = hc(u.id, car, caps)
-				spec.HostCallsInline = true // HostCallsFunc's handlers return by the deadline
-			}
-			if cf := clusterOf(l); cf != nil && len(car) > 0 {
-				spec.Cluster = cf(u.id, car)
-			}
-			var ev Evaluator
-			if err == nil {
-				ev, err = l.Load(ctx, spec)
-			}
+			reused := load(j.u, j.car, j.caps)
 			smu.Lock()
 			defer smu.Unlock()
-			if err != nil {
-				u.err = err
+			switch {
+			case reused:
+				stats.reused++
+			case j.u.err != nil:
 				stats.failed++
-				return
+			default:
+				stats.loaded++
 			}
-			u.eval, u.loadedAt = ev, time.Now()
-			stats.loaded++
-		}(j.u, j.car, j.caps)
+			if j.e.pending--; j.e.pending == 0 {
+				j.e.settle()
+				if settled != nil {
+					settled(j.e)
+				}
+			}
+		}(j)
 	}
 	wg.Wait()
 
 	for _, e := range s.entries {
-		if e.unit != nil {
-			e.err = e.unit.err
-			if e.unit.eval != nil {
-				s.units[e.unit.key] = e.unit
-			}
-			continue
+		if e.unit != nil && e.unit.eval != nil {
+			s.units[e.unit.key] = e.unit
 		}
-		names := make([]string, 0, len(e.members))
-		for n := range e.members {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			u := e.members[n]
+		for _, u := range e.members {
 			if u.eval != nil {
 				s.units[u.key] = u
-			} else if e.err == nil {
-				e.err = fmt.Errorf("member %s: %w", n, u.err)
 			}
 		}
 	}
