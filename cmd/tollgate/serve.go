@@ -38,7 +38,8 @@ func newServeCmd() *cobra.Command {
 		Short: "Serve policies as an HTTPS admission webhook (Kubewarden policy-server compatible)",
 		Long: `serve runs the policies of a Kubewarden policies.yml as an admission webhook:
 POST /validate/{id}, /validate_raw/{id} and /audit/{id} over HTTPS on --port, and
-GET /readiness, /livez, /metrics and /policies over plain HTTP on --readiness-probe-port.
+GET /readiness, /livez, /metrics and /policies over plain HTTP on --readiness-probe-port,
+which answers from the start, while the policies load (/readiness 503 until they have).
 
 Without --policies it serves the embedded example policies; without --cert-file it
 generates a self-signed certificate and prints where its CA is. Every flag can also be
@@ -194,6 +195,15 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
+	srv, err := server.Open(so)
+	if err != nil {
+		return err
+	}
+	// The probe port answers before the policies load (a cold compilation
+	// takes tens of seconds): /livez 200, /readiness 503 until Start.
+	if err := srv.ServeProbes(); err != nil {
+		return err
+	}
 	// Ctrl-C or SIGTERM while the policies load stops the loading.
 	loadCtx, cancelLoad := context.WithCancel(ctx)
 	defer cancelLoad()
@@ -215,16 +225,15 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 			}
 		}
 	}()
-	srv, err := server.New(loadCtx, so)
+	err = srv.Load(loadCtx)
 	close(loaded)
 	<-watcherDone // a signal it took is seen below, not lost
 	if interrupted.Load() {
-		if srv != nil {
-			srv.Shutdown(context.Background())
-		}
+		srv.Shutdown(context.Background())
 		return errors.New("interrupted while loading the policies")
 	}
 	if err != nil {
+		srv.Shutdown(context.Background())
 		return err
 	}
 	if err := srv.Start(ctx); err != nil {

@@ -29,15 +29,7 @@ func startServe(t *testing.T, args ...string) (url string, stderr *lockedBuffer,
 func startServeUntil(t *testing.T, re *regexp.Regexp, args ...string) (url string, stderr *lockedBuffer, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := newServeCmd()
-	var out lockedBuffer
-	stderr = &lockedBuffer{}
-	cmd.SetOut(&out)
-	cmd.SetErr(stderr)
-	cmd.SetArgs(args)
-	cmd.SetContext(ctx)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Execute() }()
+	stderr, done := serveInBackground(ctx, args...)
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

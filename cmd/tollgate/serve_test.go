@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/internal/demo"
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
 type lockedBuffer struct {
@@ -134,23 +137,11 @@ func TestServeSIGHUPReload(t *testing.T) {
 	probe := freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cmd := newServeCmd()
-	var out lockedBuffer
-	cmd.SetOut(&out)
-	cmd.SetErr(&out)
-	cmd.SetArgs([]string{"--policies", pfile, "--watch=false", "--insecure-http", "--addr=127.0.0.1", "--port=0",
-		"--readiness-probe-port=" + strconv.Itoa(probe), "--cache-dir=" + dir + "/cache", "--log-fmt=json"})
-	cmd.SetContext(ctx)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Execute() }()
+	out, done := serveInBackground(ctx, "--policies", pfile, "--watch=false", "--insecure-http", "--addr=127.0.0.1", "--port=0",
+		"--readiness-probe-port="+strconv.Itoa(probe), "--cache-dir="+dir+"/cache", "--log-fmt=json")
 	policies := func() string {
-		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(probe) + "/policies")
-		if err != nil {
-			return ""
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
+		_, body := probeGet(probe, "/policies")
+		return body
 	}
 	waitFor := func(want string) {
 		deadline := time.Now().Add(30 * time.Second)
@@ -187,6 +178,31 @@ func TestServeSIGHUPReload(t *testing.T) {
 	}
 }
 
+// serveInBackground runs `tollgate serve args` until ctx ends: its output goes to out, and what it
+// returns to done.
+func serveInBackground(ctx context.Context, args ...string) (out *lockedBuffer, done <-chan error) {
+	cmd := newServeCmd()
+	out = &lockedBuffer{}
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	cmd.SetArgs(args)
+	cmd.SetContext(ctx)
+	d := make(chan error, 1)
+	go func() { d <- cmd.Execute() }()
+	return out, d
+}
+
+// probeGet gets path on the probe port: the status code and body, or 0 and the error.
+func probeGet(probe int, path string) (int, string) {
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(probe) + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func freePort(t *testing.T) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -211,5 +227,115 @@ func TestServeDemoExit(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"uid":"demo-1","allowed":false`) {
 		t.Fatalf("output:\n%s", out.String())
+	}
+}
+
+// TestServeProbesWhileLoading: `tollgate serve` opens its probe port before the policies
+// load. A policy's load is held (its module is fetched from a local HTTP server that answers
+// only when the test says so, as a cold compilation of a big module takes tens of seconds):
+// meanwhile /livez answers 200, /readiness 503 with how many policies are still loading,
+// /policies lists the held one as loading, and the webhook port is closed; once it loads,
+// /readiness is 200 and the policy serves. Before, nothing listened until every policy had
+// loaded, and a kubelet's liveness probe killed the container in the middle of the load.
+func TestServeProbesWhileLoading(t *testing.T) {
+	if len(demo.Names()) != 3 {
+		t.Fatalf("embedded example modules: %v; run `make policies demo-modules`", demo.Names())
+	}
+	wasm := testfixture.Module(t, "examples/required-labels")
+	requested, release := make(chan struct{}, 1), make(chan struct{})
+	modules := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case requested <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		w.Write(wasm)
+	}))
+	defer modules.Close()
+	defer close(release) // before modules.Close, which waits for the held request
+	host := strings.TrimPrefix(modules.URL, "http://")
+
+	dir := t.TempDir()
+	pfile, sources := filepath.Join(dir, "policies.yml"), filepath.Join(dir, "sources.yml")
+	os.WriteFile(pfile, []byte("fast:\n  module: builtin://examples/required-labels\n  settings: {mandatory_labels: [owner]}\n"+
+		"held:\n  module: "+modules.URL+"/policy.wasm\n  settings: {mandatory_labels: [owner]}\n"), 0o644)
+	os.WriteFile(sources, []byte("insecure_sources: [\""+host+"\"]\n"), 0o644)
+	port, probe := freePort(t), freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, done := serveInBackground(ctx, "--policies", pfile, "--sources-path", sources, "--watch=false", "--insecure-http", "--addr=127.0.0.1",
+		"--port="+strconv.Itoa(port), "--readiness-probe-port="+strconv.Itoa(probe), "--cache-dir="+dir+"/cache")
+	get := func(path string) (int, string) { return probeGet(probe, path) }
+	// waitFor polls path until it answers code with a body containing want.
+	waitFor := func(path string, code int, want string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			c, body := get(path)
+			if c == code && strings.Contains(body, want) {
+				return
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("serve exited: %v\n%s", err, out.String())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: HTTP %d %q, want %d with %q\n%s", path, c, body, code, want, out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	select {
+	case <-requested:
+	case err := <-done:
+		t.Fatalf("serve exited: %v\n%s", err, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the held module was never requested\n%s", out.String())
+	}
+	waitFor("/readiness", http.StatusServiceUnavailable, "loading: 1 of 2 policies")
+	if code, body := get("/livez"); code != http.StatusOK {
+		t.Fatalf("/livez while a policy loads: HTTP %d %q", code, body)
+	}
+	code, body := get("/policies")
+	var pl status.Policies
+	if err := json.Unmarshal([]byte(body), &pl); code != http.StatusOK || err != nil {
+		t.Fatalf("/policies while a policy loads: HTTP %d %v %s", code, err, body)
+	}
+	states := map[string]string{}
+	for _, p := range pl.Policies {
+		states[p.ID] = p.State
+	}
+	if pl.Generation != 0 || states["held"] != status.StateLoading || states["fast"] != status.StateReady {
+		t.Errorf("/policies while a policy loads: %s", body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "tollgate_config_policies_loading 1") {
+		t.Errorf("/metrics while a policy loads: HTTP %d, no tollgate_config_policies_loading 1", code)
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+		c.Close()
+		t.Error("the webhook port accepts connections before the policies loaded")
+	}
+
+	release <- struct{}{}
+	waitFor("/readiness", http.StatusOK, "ok")
+	rq := demo.Requests()[0] // a Pod without an owner label
+	resp, err := http.Post("http://127.0.0.1:"+strconv.Itoa(port)+"/validate/held", "application/json", strings.NewReader(rq.Body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `mandatory label \"owner\" is missing`) {
+		t.Errorf("/validate/held after the load: HTTP %d %s", resp.StatusCode, b)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
