@@ -86,6 +86,10 @@ func (r *PolicyServerReconciler) desiredDeployment(ps *v1.PolicyServer) *appsv1.
 			{Name: volumeCert, MountPath: CertMountPath, ReadOnly: true},
 			{Name: volumeCache, MountPath: CacheMountPath},
 		},
+		// /livez answers from the start of the process, while the policies load (a cold
+		// compilation takes tens of seconds, more under a CPU limit); /readiness is 503 until
+		// they have. So no startupProbe and no initial delay: RATIONALE.md "Why do the probes
+		// answer before policies load?".
 		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path: "/readiness", Port: intstr.FromString(ServicePortReadiness), Scheme: corev1.URISchemeHTTP}},
 			PeriodSeconds: 5, FailureThreshold: 3},
