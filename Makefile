@@ -35,6 +35,15 @@ demo-modules:
 demo: policies build
 	./scripts/demo.sh
 
+# demo-cluster brings up the one-node cluster of the end-to-end tests (a real kubelet and
+# containerd, in namespaces of their own; root needed), installs the chart with helm, applies two
+# example policies and shows a denial and a mutation from kubectl, then keeps the cluster up until
+# Ctrl-C, which tears it all down (DEMO_EXIT=1: at once). See README.md and docs/operator.md.
+.PHONY: demo-cluster
+demo-cluster: policies build image
+	@set -e; $(k8s-env) \
+	cd test/e2e && $(GO) build -o ../../bin/democluster ./democluster && cd ../.. && exec bin/democluster
+
 # tools installs what building the policies and running the tests needs (apt packages, TinyGo).
 tools:
 	./scripts/install-tools.sh
@@ -73,17 +82,20 @@ test: policies test-modules
 test-modules:
 	@set -e; for m in $(filter-out test/e2e,$(SUBMODULES)); do echo "go test ./... in $$m"; (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...); done
 
-# e2e runs the operator's end-to-end tests (test/e2e, docs/e2e.md): real etcd and kube-apiserver
-# on loopback (built by scripts/install-k8s-tools.sh, cached), `tollgate controller` and the
-# policy servers as processes (test/e2e/kubelet plays the kubelet). E2E_RUN selects tests.
+# e2e runs the end-to-end tests (test/e2e, docs/e2e.md) on a real one-node cluster: etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, containerd, runc, the
+# kubelet, a CNI bridge and a registry, inside network/mount/PID namespaces the test makes (root
+# needed; the kernel tears them down). The chart is installed with helm; the controller and the
+# policy servers run as pods of `make image`'s image. E2E_RUN selects tests.
 E2E_RUN ?= .
-e2e: policies build
-	@set -e; tools="$$(./scripts/install-k8s-tools.sh kube-apiserver etcd kubectl)"; \
-	export KUBE_APISERVER="$$(sed -n 's/^kube-apiserver=//p' <<<"$$tools")"; \
-	export ETCD="$$(sed -n 's/^etcd=//p' <<<"$$tools")"; \
-	export KUBECTL="$$(sed -n 's/^kubectl=//p' <<<"$$tools")"; \
-	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
-	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '$(E2E_RUN)' ./...
+K8S_TOOLS := kube-apiserver etcd kubectl kubelet kube-controller-manager kube-scheduler kube-proxy helm
+# k8s-env exports the tools' paths (KUBE_APISERVER=..., HELM=...) for the recipe line it prefixes.
+k8s-env = tools="$$(./scripts/install-k8s-tools.sh $(K8S_TOOLS))"; \
+	while IFS='=' read -r name path; do export "$$(tr 'a-z-' 'A-Z_' <<<"$$name")=$$path"; done <<<"$$tools"; \
+	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate" TOLLGATE_IMAGE_LAYOUT="$(CURDIR)/bin/image/oci";
+e2e: policies build image
+	@set -e; $(k8s-env) \
+	cd test/e2e && $(GO) test -count=1 -v -timeout 40m -run '$(E2E_RUN)' ./...
 
 # BENCH_MODULES are submodules whose benchmarks make bench runs too (the Gatekeeper mutation
 # module against Gatekeeper's own code: docs/benchmarks.md "Gatekeeper mutation module").
@@ -121,24 +133,16 @@ bench-rounds: policies build
 # bench-operator measures the operator at scale (test/e2e BenchmarkOperatorScale, docs/benchmarks.md
 # "Operator"): 200 policies on 5 PolicyServers on a real apiserver, the time to all active, the
 # controller's RSS, and what a controller restart writes (target: nothing). About 3 minutes.
-bench-operator: policies build k8s-tools
-	@set -e; tools="$$(./scripts/install-k8s-tools.sh kube-apiserver etcd kubectl)"; \
-	export KUBE_APISERVER="$$(sed -n 's/^kube-apiserver=//p' <<<"$$tools")"; \
-	export ETCD="$$(sed -n 's/^etcd=//p' <<<"$$tools")"; \
-	export KUBECTL="$$(sed -n 's/^kubectl=//p' <<<"$$tools")"; \
-	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
+bench-operator: policies build image
+	@set -e; $(k8s-env) \
 	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench OperatorScale -benchtime 1x .
 
 # bench-capabilities measures a context-aware policy that lists 1,000 Ingresses per evaluation
 # (test/e2e BenchmarkContextAwareList1000, docs/benchmarks.md "Host capabilities"): `tollgate serve`
 # on a real apiserver, p50/p99 and the server's RSS with the Ingress cache and with a cache cap
 # below the kind's size. About 3 minutes.
-bench-capabilities: policies build
-	@set -e; tools="$$(./scripts/install-k8s-tools.sh kube-apiserver etcd kubectl)"; \
-	export KUBE_APISERVER="$$(sed -n 's/^kube-apiserver=//p' <<<"$$tools")"; \
-	export ETCD="$$(sed -n 's/^etcd=//p' <<<"$$tools")"; \
-	export KUBECTL="$$(sed -n 's/^kubectl=//p' <<<"$$tools")"; \
-	export TOLLGATE_BIN="$(CURDIR)/bin/tollgate"; \
+bench-capabilities: policies build image
+	@set -e; $(k8s-env) \
 	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench ContextAwareList1000 -benchtime 1x .
 
 check:

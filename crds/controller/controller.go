@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -73,6 +74,11 @@ func Run(ctx context.Context, o Options) error {
 			&appsv1.Deployment{}:            {Namespaces: ns},
 			&policyv1.PodDisruptionBudget{}: {Namespaces: ns},
 			&discoveryv1.EndpointSlice{}:    {Namespaces: ns},
+			// The chart grants Roles and RoleBindings in this namespace only: a cluster-wide
+			// watch is forbidden, and the controller never synced (seen on a real node, where the
+			// controller runs as its ServiceAccount, not as an admin).
+			&rbacv1.Role{}:        {Namespaces: ns},
+			&rbacv1.RoleBinding{}: {Namespaces: ns},
 		}},
 	})
 	if err != nil {

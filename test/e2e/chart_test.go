@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -31,9 +30,9 @@ const (
 func TestChart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // a cold helm build included
 	defer cancel()
-	helm := os.Getenv("HELM")
+	helm := os.Getenv("HELM") // TestMain's prepare sets it
 	if helm == "" {
-		helm = installTool(ctx, t, env.root, "helm")
+		t.Fatal("HELM is not set (TestMain builds helm with scripts/install-k8s-tools.sh)")
 	}
 	c := env.cluster
 	chart := filepath.Join(env.root, "charts", "tollgate")
@@ -155,26 +154,4 @@ func TestChart(t *testing.T) {
 			}
 		}
 	})
-}
-
-// installTool returns the path of a tool from scripts/install-k8s-tools.sh (which builds it when
-// missing); it fails the test when it cannot.
-func installTool(ctx context.Context, t *testing.T, root, name string) string {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "install-k8s-tools.sh"), name)
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("scripts/install-k8s-tools.sh %s: %v\n%s", name, err, stderr.String())
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if p, ok := strings.CutPrefix(sc.Text(), name+"="); ok {
-			return p
-		}
-	}
-	t.Fatalf("scripts/install-k8s-tools.sh %s printed no %s= line", name, name)
-	return ""
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,8 +14,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
 
 // TestContextAwareRBAC: the controller gives a PolicyServer whose policy declares
@@ -53,7 +52,8 @@ func TestContextAwareRBAC(t *testing.T) {
 	}
 
 	apply(t, ctx, "apiVersion: policies.tollgate.dev/v1\nkind: PolicyServer\nmetadata:\n  name: "+server+
-		"\nspec:\n  image: ghcr.io/tollgate-dev/tollgate:e2e\n  replicas: 1\n")
+		"\nspec:\n  image: "+env.image+"\n  replicas: 1\n  insecureSources: [\""+cluster.PodRegistryHost+"\"]\n")
+	module := policyRef(t, "unique-ingress-host")
 	policyManifest := func(kinds string) string {
 		return `apiVersion: policies.tollgate.dev/v1
 kind: ClusterAdmissionPolicy
@@ -61,7 +61,7 @@ metadata:
   name: ` + policy + `
 spec:
   policyServer: ` + server + `
-  module: file://` + filepath.Join(env.root, "examples/unique-ingress-host/policy.wasm") + `
+  module: ` + module + `
   mutating: false
   rules:
     - apiGroups: ["networking.k8s.io"]
@@ -101,15 +101,11 @@ spec:
 
 	// The replica's ServiceAccount may read Ingresses everywhere and ask SubjectAccessReviews,
 	// and still nothing else.
-	reps, err := op.k.WaitReady(ctx, serverObject, 1)
+	pods, err := waitServerPods(ctx, cs, controllerNS, serverObject, 1, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(reps[0].Dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	scs, err := kubernetes.NewForConfig(rc)
+	scs, err := serviceAccountClient(ctx, &pods[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,48 +1,117 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
-	"github.com/tollgate-dev/tollgate/test/e2e/kubelet"
 )
 
-// The shared environment: one etcd and kube-apiserver with tollgate's CRDs for every test of the
-// package, and the tollgate binary. The operator test adds the controller and the kubelet.
+// The shared environment: one real single-node cluster (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, kube-proxy, containerd, kubelet, a CNI bridge and a
+// registry, see docs/e2e.md) with tollgate's CRDs for every test of the package, tollgate's image
+// in the cluster's registry, and the tollgate binary for the tests that run it as a process.
 var (
 	env struct {
 		cluster *cluster.Cluster
 		root    string // repository root
 		bin     string // tollgate
-		dir     string // scratch: logs, pod directories
+		dir     string // scratch: logs
+		// image is tollgate's image as the node pulls it (`make image`, pushed to the registry).
+		image string
 	}
 	keep = flag.Bool("e2e.keep", false, "keep the scratch directory (logs) after the tests")
 )
 
+// e2eImageTag is the tag tollgate's image is pushed under in the cluster's registry.
+const e2eImageTag = "e2e"
+
+// TestMain prepares what needs the machine's network (tools built from the Go module proxy, the
+// tollgate binary, `make image`'s OCI layout) and then runs the tests inside the namespaces of
+// cluster.Isolated, where the node lives and which the kernel tears down with it.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		if code == 0 {
-			code = 1
+	if !cluster.InIsolation() {
+		if err := prepare(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			os.Exit(1)
 		}
 	}
-	os.Exit(code)
+	os.Exit(cluster.Isolated(func() int {
+		code, err := run(m)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+		return code
+	}))
+}
+
+// prepare runs outside the namespaces: it finds or builds every binary and the image layout and
+// passes their paths on in the environment (KUBE_APISERVER..., HELM, TOLLGATE_BIN,
+// TOLLGATE_IMAGE_LAYOUT).
+func prepare() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute) // cold builds
+	defer cancel()
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+	if _, err := cluster.ResolveBinaries(ctx, cluster.Binaries{}, true, logf); err != nil {
+		return err
+	}
+	if os.Getenv("HELM") == "" {
+		p, err := installScriptTool(ctx, root, "helm")
+		if err != nil {
+			return err
+		}
+		os.Setenv("HELM", p)
+	}
+	bin, err := tollgateBinary(ctx, root)
+	if err != nil {
+		return err
+	}
+	os.Setenv("TOLLGATE_BIN", bin)
+	layout := os.Getenv("TOLLGATE_IMAGE_LAYOUT")
+	if layout == "" {
+		layout = filepath.Join(root, "bin", "image", "oci")
+		if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
+			logf("e2e: building tollgate's image (go run ./internal/tools/mkimage; make image does the same)")
+			cmd := exec.CommandContext(ctx, "go", "run", "./internal/tools/mkimage", "-out", filepath.Join(root, "bin", "image"))
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("building the image: %w\n%s", err, out)
+			}
+		}
+		os.Setenv("TOLLGATE_IMAGE_LAYOUT", layout)
+	}
+	// The pause image is built inside, offline: fetch what its build needs now.
+	cmd := exec.CommandContext(ctx, "go", "mod", "download")
+	cmd.Dir = filepath.Join(root, "test", "e2e")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go mod download in test/e2e: %w\n%s", err, out)
+	}
+	return nil
 }
 
 func run(m *testing.M) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var err error
-	if env.root, err = kubelet.RepoRoot(); err != nil {
+	if env.root, err = repoRoot(); err != nil {
 		return 1, err
 	}
 	if env.dir, err = os.MkdirTemp("", "tollgate-e2e-"); err != nil {
@@ -55,19 +124,26 @@ func run(m *testing.M) (int, error) {
 			os.RemoveAll(env.dir)
 		}
 	}()
-	if env.bin, err = kubelet.TollgateBinary(ctx, env.dir); err != nil {
-		return 1, err
-	}
+	env.bin = os.Getenv("TOLLGATE_BIN")
 	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 	if err := os.MkdirAll(filepath.Join(env.dir, "cluster"), 0o755); err != nil {
 		return 1, err
 	}
-	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Dir: filepath.Join(env.dir, "cluster"), KeepDir: true})
+	begin := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Dir: filepath.Join(env.dir, "cluster"), KeepDir: true, Node: true})
 	if err != nil {
 		return 1, err
 	}
 	env.cluster = c
 	defer c.Stop()
+	// tollgate's image, as `make image` wrote it, in the cluster's registry.
+	env.image = cluster.RegistryHost + "/tollgate:" + e2eImageTag
+	digest, err := cluster.PushLayout(ctx, os.Getenv("TOLLGATE_IMAGE_LAYOUT"), env.image)
+	if err != nil {
+		return 1, err
+	}
+	fmt.Printf("e2e: cluster up: control plane %v, node Ready %v, image %s (%s) pushed; %v in all\n",
+		c.StartDuration.Round(time.Millisecond), c.NodeStartDuration.Round(time.Millisecond), env.image, digest, time.Since(begin).Round(time.Millisecond))
 	// tollgate's CRDs, as a user installs them.
 	crds, err := filepath.Glob(filepath.Join(env.root, "crds", "*.yaml"))
 	if err != nil || len(crds) == 0 {
@@ -88,6 +164,69 @@ func run(m *testing.M) (int, error) {
 		fmt.Println(c.LogTail(20))
 	}
 	return code, nil
+}
+
+
+// repoRoot returns the repository root: the nearest parent of the working directory holding
+// cmd/tollgate.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if st, err := os.Stat(filepath.Join(dir, "cmd", "tollgate")); err == nil && st.IsDir() {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no cmd/tollgate above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// tollgateBinary returns $TOLLGATE_BIN, or builds cmd/tollgate into bin/ (go build's cache makes
+// a second build quick).
+func tollgateBinary(ctx context.Context, root string) (string, error) {
+	if bin := os.Getenv("TOLLGATE_BIN"); bin != "" {
+		abs, err := filepath.Abs(bin)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("TOLLGATE_BIN: %w", err)
+		}
+		return abs, nil
+	}
+	out := filepath.Join(root, "bin", "tollgate")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/tollgate")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/tollgate: %w\n%s", err, b)
+	}
+	return out, nil
+}
+
+// installScriptTool returns the path of a tool from scripts/install-k8s-tools.sh (which builds it
+// when missing).
+func installScriptTool(ctx context.Context, root, name string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "install-k8s-tools.sh"), name)
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("scripts/install-k8s-tools.sh %s: %w\n%s", name, err, stderr.String())
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if p, ok := strings.CutPrefix(sc.Text(), name+"="); ok {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("scripts/install-k8s-tools.sh %s printed no %s= line", name, name)
 }
 
 // kubectlApply applies a manifest with the real kubectl; extra are more arguments (e.g.

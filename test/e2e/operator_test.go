@@ -2,10 +2,10 @@ package e2e
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -33,9 +33,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/tollgate-dev/tollgate/test/e2e/kubelet"
+	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
 
 const (
@@ -54,27 +53,24 @@ var policyGVR = map[string]schema.GroupVersionResource{
 	"AdmissionPolicyGroup":        {Group: "policies.tollgate.dev", Version: "v1", Resource: "admissionpolicygroups"},
 }
 
-// operator is the running operator: `tollgate controller` as a process, the kubelet emulator
-// running the policy servers, and the garbage collector the cluster lacks.
+// operator is the running operator: the chart installed with helm, the controller a pod of
+// tollgate's image, the policy servers Deployments the kubelet runs.
 type operator struct {
 	cs                     kubernetes.Interface
 	dyn                    dynamic.Interface
-	k                      *kubelet.Kubelet
-	gc                     *kubelet.GarbageCollector
-	ctrl                   *controllerProc
-	requiredWasm, capsWasm string
-	volumeDelay            time.Duration
-	// configMapDelay delays ConfigMap volume updates only (E2E_CONFIGMAP_DELAY, default
-	// defaultConfigMapDelay): policies must reach the servers through the API watch.
-	configMapDelay time.Duration
+	requiredWasm, capsWasm string // registry:// URIs the servers' pods fetch
 }
 
-// defaultConfigMapDelay is TestOperator's ConfigMap volume delay: longer than every wait for a
-// policy change (30 s), so a change the servers saw only through the mounted file fails the test.
-const defaultConfigMapDelay = 45 * time.Second
+// The chart's release: its controller Deployment is <release>-controller.
+const (
+	release        = "tollgate"
+	controllerName = release + "-controller"
+)
 
-// TestOperator runs the issue's scenarios against `tollgate controller` and `tollgate serve`
-// processes on a real apiserver, in order; each subtest depends on the ones before it.
+// TestOperator runs the operator's scenarios on the real node, in order (each subtest depends on
+// the ones before it): the chart installed with helm, the controller a pod of tollgate's image
+// with its ServiceAccount and in-cluster config, the policy servers pods of that image that the
+// kubelet runs as uid 65532 with a read-only root filesystem.
 func TestOperator(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
 	defer cancel()
@@ -90,7 +86,7 @@ func TestOperator(t *testing.T) {
 	})
 
 	for _, ns := range []string{"e2e-a", "e2e-b", "e2e-c", "e2e-d", "e2e-load", "e2e-broken"} {
-		if _, err := op.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := ensureNamespace(ctx, op.cs, ns); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,18 +99,26 @@ kind: PolicyServer
 metadata:
   name: `+psName+`
 spec:
-  image: ghcr.io/tollgate-dev/tollgate:e2e
+  image: `+env.image+`
   replicas: 2
+  minAvailable: 1
+  insecureSources: ["`+cluster.PodRegistryHost+`"]
 `)
-		wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
-		defer wcancel()
-		reps, err := op.k.WaitReady(wctx, psObject, 2)
+		begin := time.Now()
+		pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, 2, 3*time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, rep := range reps {
-			t.Logf("replica %s pid %d webhook %d probes %d", rep.Pod, rep.PID, rep.Port, rep.ReadinessPort)
+		t.Logf("2 replicas Ready %v after the PolicyServer was applied", time.Since(begin).Round(time.Millisecond))
+		for _, p := range pods {
+			t.Logf("replica %s ip %s webhook %d probes %d", p.Name, p.Status.PodIP, containerPort(&p, "policy-server"), containerPort(&p, "readiness"))
+			// The kubelet runs the image as the Deployment says: uid 65532, read-only root.
+			sc := p.Spec.Containers[0].SecurityContext
+			if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+				t.Errorf("%s: container securityContext %+v, want a read-only root filesystem", p.Name, sc)
+			}
 		}
+		checkUID(t, ctx, pods[0], 65532)
 		// The certificate names the Service, and the replicas serve it.
 		sec, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
 		if err != nil {
@@ -133,11 +137,7 @@ spec:
 		})
 		// The replicas reach the API as their ServiceAccount (a TokenRequest token): their
 		// Role lets them read and watch their ConfigMap, and nothing else.
-		rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(reps[0].Dir, "kubeconfig"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		scs, err := kubernetes.NewForConfig(rc)
+		scs, err := serviceAccountClient(ctx, &pods[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +242,7 @@ spec:
 		}
 		// The same policy in protect mode refuses (so the pass above meant something).
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels", `{"mode": "protect"}`)
-		eventually(t, 30*time.Second+op.volumeDelay, func() error {
+		eventually(t, 30*time.Second, func() error {
 			if err := createConfigMap(ctx, op.cs, "e2e-c", nil); err == nil || !isDenial(err) {
 				return fmt.Errorf("protect mode: want a denial, got %v", err)
 			}
@@ -266,10 +266,10 @@ spec:
       - {key: kubernetes.io/metadata.name, operator: In, values: [e2e-d]}
   policies:
     owner:
-      module: file://`+op.requiredWasm+`
+      module: `+op.requiredWasm+`
       settings: {mandatory_labels: [owner]}
     team:
-      module: file://`+op.requiredWasm+`
+      module: `+op.requiredWasm+`
       settings: {mandatory_labels: [team]}
   expression: "owner() || team()"
   message: "needs an owner or a team label"
@@ -288,7 +288,7 @@ spec:
 			}
 		}
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicyGroup", "", "owner-or-team", `{"expression": "owner() && team()"}`)
-		eventually(t, 30*time.Second+op.volumeDelay, func() error {
+		eventually(t, 30*time.Second, func() error {
 			if err := createConfigMap(ctx, op.cs, "e2e-d", map[string]string{"team": "t"}); err == nil || !isDenial(err) {
 				return fmt.Errorf("team only under owner() && team(): want a denial, got %v", err)
 			}
@@ -310,14 +310,18 @@ spec:
 			}
 			return nil
 		})
-		starts, pids := op.k.Starts(psObject), op.k.PIDs(psObject)
+		pods0, err := serverPods(ctx, op.cs, controllerNS, psObject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids0, restarts0 := containerIDs(pods0)
 		l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 5*time.Minute)
 		time.Sleep(time.Second)
 		for i := 1; i <= edits; i++ {
 			key := "k" + strconv.Itoa(i)
 			t0 := time.Now()
 			op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["`+key+`"]}}`)
-			_, err := l.probe(ctx, key, 30*time.Second+op.volumeDelay)
+			_, err := l.probe(ctx, key, 30*time.Second)
 			if err != nil {
 				l.stop()
 				t.Fatalf("edit %d: %v (after %v)", i, err, time.Since(t0))
@@ -329,22 +333,22 @@ spec:
 		l.stop()
 		failed.Add(l.failed.Load())
 		p50, pmax := percentile(latencies, 50), percentile(latencies, 100)
-		line := fmt.Sprintf("e2e: apply-to-enforce p50=%v max=%v edits=%d failed_requests=%d requests=%d volume_delay=%s configmap_volume_delay=%s",
-			p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load(), cmp.Or(os.Getenv("E2E_VOLUME_DELAY"), "0"),
-			cmp.Or(op.configMapDelay, op.volumeDelay))
+		line := fmt.Sprintf("e2e: apply-to-enforce on real pods p50=%v max=%v edits=%d failed_requests=%d requests=%d",
+			p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load())
 		t.Log(line)
 		fmt.Println(line)
 		if n := l.failed.Load(); n != 0 {
 			t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
 		}
-		if p50 > 2*time.Second {
-			t.Errorf("apply-to-enforce p50 %v above the 2 s target", p50)
+		if p50 > 500*time.Millisecond || pmax > 2*time.Second {
+			t.Errorf("apply-to-enforce p50 %v, max %v: targets 500 ms and 2 s", p50, pmax)
 		}
-		if got := op.k.Starts(psObject); got != starts {
-			t.Errorf("policy server processes started %d times during the edits, want %d (no restart); kubelet events:\n%s", got, starts, strings.Join(op.k.Events(), "\n"))
+		pods1, err := serverPods(ctx, op.cs, controllerNS, psObject)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if got := op.k.PIDs(psObject); fmt.Sprint(got) != fmt.Sprint(pids) {
-			t.Errorf("policy server pids %v -> %v", pids, got)
+		if ids1, restarts1 := containerIDs(pods1); fmt.Sprint(ids1) != fmt.Sprint(ids0) || restarts1 != restarts0 {
+			t.Errorf("policy server containers changed during the edits (want no restart): %v (restarts %d) -> %v (restarts %d)", ids0, restarts0, ids1, restarts1)
 		}
 	})
 
@@ -356,7 +360,7 @@ spec:
 			module: op.requiredWasm, settings: `{"required_labels": ["x"]}`, resources: "configmaps", namespace: "e2e-broken",
 		}))
 		for name, want := range map[string]string{"broken-module": "/nonexistent/e2e/policy.wasm", "bad-settings": `unknown settings field "required_labels"`} {
-			eventually(t, 60*time.Second+op.volumeDelay, func() error {
+			eventually(t, 60*time.Second, func() error {
 				obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", name)
 				st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus")
 				msgs := conditionMessages(obj)
@@ -382,7 +386,7 @@ spec:
 			t.Errorf("required-labels no longer refuses: %v", err)
 		}
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["after-broken"]}}`)
-		eventually(t, 30*time.Second+op.volumeDelay, func() error {
+		eventually(t, 30*time.Second, func() error {
 			err := createConfigMap(ctx, op.cs, "e2e-load", map[string]string{"k20": "v"})
 			if err == nil || !strings.Contains(err.Error(), `"after-broken"`) {
 				return fmt.Errorf("an edit of another policy beside a broken one: want a denial naming after-broken, got %v", err)
@@ -399,7 +403,7 @@ spec:
 	t.Run("certificate and CA rotation: no failed request", func(t *testing.T) {
 		leaf0, ca0 := op.certs(t, ctx)
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["k0"]}}`)
-		eventually(t, 30*time.Second+op.volumeDelay, func() error { // the load's compliant objects pass again
+		eventually(t, 30*time.Second, func() error { // the load's compliant objects pass again
 			return createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
 		})
 		l := startLoad(ctx, op.cs, "e2e-load", 2, 50000, 5*time.Minute)
@@ -408,7 +412,7 @@ spec:
 		// and the CA 90 s after the controller made it (--ca-validity=3m): wait for a server
 		// certificate signed by a new CA.
 		var leaf, ca *x509.Certificate
-		eventually(t, 3*time.Minute+op.volumeDelay, func() error {
+		eventually(t, 3*time.Minute, func() error {
 			leaf, ca = op.certs(t, ctx)
 			switch {
 			case leaf.SerialNumber.Cmp(leaf0.SerialNumber) == 0:
@@ -424,14 +428,18 @@ spec:
 			leaf.SerialNumber, leaf.NotAfter.Format(time.TimeOnly), ca0.SerialNumber, ca.SerialNumber)
 		// Every replica serves the new certificate (hot reload, no restart), and every webhook
 		// trusts the new CA.
-		eventually(t, 30*time.Second+op.volumeDelay, func() error {
-			for _, rep := range op.k.Replicas(psObject) {
-				got, err := servedCert(rep.Port, psObject+"."+controllerNS+".svc")
+		eventually(t, 30*time.Second, func() error {
+			pods, err := serverPods(ctx, op.cs, controllerNS, psObject)
+			if err != nil {
+				return err
+			}
+			for _, p := range pods {
+				got, err := servedCert(p.Status.PodIP, containerPort(&p, "policy-server"), psObject+"."+controllerNS+".svc")
 				if err != nil {
 					return err
 				}
 				if got.CheckSignatureFrom(ca) != nil {
-					return fmt.Errorf("%s serves serial %s, not signed by the new CA", rep.Pod, got.SerialNumber)
+					return fmt.Errorf("%s serves serial %s, not signed by the new CA", p.Name, got.SerialNumber)
 				}
 			}
 			vw, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
@@ -457,8 +465,8 @@ spec:
 		if l.total.Load() == 0 {
 			t.Error("no request was made")
 		}
-		if got := op.k.Starts(psObject); got != 2 {
-			t.Errorf("policy server processes started %d times, want 2 (no restart)", got)
+		if restarts, why, err := tollgateRestarts(ctx, op.cs, controllerNS); err != nil || restarts != 0 {
+			t.Errorf("restarts during the rotation: %d: %s (%v)", restarts, why, err)
 		}
 	})
 
@@ -486,6 +494,14 @@ spec:
 	})
 
 	t.Run("deleting the PolicyServer removes its webhooks and objects", func(t *testing.T) {
+		d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		podSel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, _, err := env.cluster.Kubectl(ctx, "delete", "policyserver", psName, "--wait=false"); err != nil {
 			t.Fatal(err)
 		}
@@ -525,9 +541,7 @@ spec:
 			}
 			return nil
 		})
-		wctx, wcancel := context.WithTimeout(ctx, time.Minute)
-		defer wcancel()
-		if err := op.k.WaitGone(wctx, psObject); err != nil {
+		if err := waitPodsGone(ctx, op.cs, controllerNS, podSel, time.Minute); err != nil {
 			t.Error(err)
 		}
 		sl, err := op.cs.DiscoveryV1().EndpointSlices(controllerNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + psObject})
@@ -550,101 +564,112 @@ spec:
 	}
 }
 
-// startOperator starts the controller, the kubelet emulator and the garbage collector, and
-// registers their teardown (with their logs when the test failed).
+// startOperator installs charts/tollgate with helm as a user does (the controller's image from
+// the cluster's registry, short certificate lifetimes so that rotations happen during the test)
+// and waits for the controller pod to be Ready; the test's cleanup uninstalls it (after the
+// test's own cleanups, which delete its policies and PolicyServers while the controller still
+// honours their finalizers), printing the controller's log when the test failed.
 func startOperator(t *testing.T, ctx context.Context) *operator {
 	t.Helper()
 	c := env.cluster
-	op := &operator{
-		cs:           c.Client,
-		requiredWasm: filepath.Join(env.root, "examples", "required-labels", "policy.wasm"),
-		capsWasm:     filepath.Join(env.root, "examples", "capabilities-drop", "policy.wasm"),
-	}
-	for _, f := range []string{op.requiredWasm, op.capsWasm} {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("%v (make policies builds it)", err)
-		}
-	}
+	op := &operator{cs: c.Client, requiredWasm: policyRef(t, "required-labels"), capsWasm: policyRef(t, "capabilities-drop")}
 	var err error
 	if op.dyn, err = dynamic.NewForConfig(c.Config); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.CommandContext(ctx, env.bin, "controller", "--help").CombinedOutput(); err != nil {
-		t.Fatalf("%s has no controller command yet: %v: %s", env.bin, err, bytes.TrimSpace(out))
-	}
-	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controllerNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-
-	metricsPort, probePort := freePort(t), freePort(t)
-	args := []string{"controller",
-		"--kubeconfig=" + c.Kubeconfig,
-		"--namespace=" + controllerNS,
-		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort),
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(probePort),
+	extra, _ := json.Marshal([]string{
 		"--status-poll-interval=200ms",
 		// Short certificates: a server certificate is renewed every 30 s, the CA 90 s after it
 		// was made, so the test sees both rotations.
 		"--cert-validity=2m", "--cert-renew-before=90s", "--cert-check-interval=5s", "--ca-propagation-delay=5s",
-		"--ca-validity=3m", "--ca-secret=" + caSecret,
-		"--log-fmt=json",
-	}
-	if op.ctrl, err = startControllerProc(filepath.Join(env.dir, "controller.log"), args); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = op.ctrl.stop()
-		if t.Failed() {
-			t.Logf("--- controller log (last 60 lines) ---\n%s", tailFile(op.ctrl.log, 60))
-		}
+		"--ca-validity=3m",
 	})
-	probe := "127.0.0.1:" + strconv.Itoa(probePort)
-	eventually(t, 60*time.Second, func() error {
-		err := op.ctrl.ready(probe)
-		var stop errStop
-		if errors.As(err, &stop) {
-			t.Fatal(stop.error)
-		}
-		return err
-	})
-
-	// E2E_VOLUME_DELAY (a Go duration) delays ConfigMap and Secret volume updates as a real
-	// kubelet does (its sync period plus its cache TTL: up to about a minute); default none.
-	if v := os.Getenv("E2E_VOLUME_DELAY"); v != "" {
-		if op.volumeDelay, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("E2E_VOLUME_DELAY: %v", err)
-		}
-	}
-	// E2E_CONFIGMAP_DELAY delays ConfigMap volume updates only (default defaultConfigMapDelay; 0:
-	// E2E_VOLUME_DELAY's): the servers watch their ConfigMap through the API, with the token of
-	// their ServiceAccount, so a policy change must not wait for the file.
-	op.configMapDelay = defaultConfigMapDelay
-	if v := os.Getenv("E2E_CONFIGMAP_DELAY"); v != "" {
-		if op.configMapDelay, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("E2E_CONFIGMAP_DELAY: %v", err)
-		}
-	}
-	op.k, err = kubelet.Start(ctx, kubelet.Options{
-		Client: c.Client, Namespace: controllerNS, Binary: env.bin, Dir: filepath.Join(env.dir, "pods"), Logf: t.Logf,
-		VolumeUpdateDelay: op.volumeDelay, ConfigMapUpdateDelay: op.configMapDelay,
-		API: &kubelet.APIAccess{Server: c.Server, CAData: c.CA.CertPEM},
-	})
+	begin := time.Now()
+	out, err := helm(ctx, "install", release, filepath.Join(env.root, "charts", "tollgate"),
+		"--namespace", controllerNS, "--create-namespace", "--wait", "--timeout", "3m",
+		"--set", "image.repository="+strings.TrimSuffix(env.image, ":"+e2eImageTag), "--set", "image.tag="+e2eImageTag,
+		"--set", "policyServer.enabled=false", "--set", "caSecret="+caSecret, "--set-json", "extraArgs="+string(extra))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("helm install: %v\n%s%s", err, out, podsStateOf(ctx, op.cs, controllerNS, controllerName))
 	}
+	t.Logf("helm install: controller Ready %v after the install began", time.Since(begin).Round(time.Millisecond))
 	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer ccancel()
 		if t.Failed() {
-			for _, rep := range op.k.Replicas(psObject) {
-				t.Logf("--- %s (last 30 lines) ---\n%s", rep.LogPath, tailFile(rep.LogPath, 30))
+			logs, _, _ := env.cluster.Kubectl(cctx, "logs", "-n", controllerNS, "deploy/"+controllerName, "--tail=60")
+			t.Logf("--- controller log (last 60 lines) ---\n%s", logs)
+		}
+		if out, err := helm(cctx, "uninstall", release, "--namespace", controllerNS, "--wait", "--timeout", "90s"); err != nil {
+			t.Errorf("helm uninstall: %v\n%s", err, out)
+		}
+	})
+	pods, err := serverPods(ctx, op.cs, controllerNS, controllerName)
+	if err != nil || len(pods) != 1 {
+		t.Fatalf("controller pods: %v (%v)", pods, err)
+	}
+	if pods[0].Spec.Containers[0].Image != env.image || pods[0].Spec.ServiceAccountName != controllerName {
+		t.Errorf("controller pod runs %s as %s, want %s as %s", pods[0].Spec.Containers[0].Image, pods[0].Spec.ServiceAccountName, env.image, controllerName)
+	}
+	return op
+}
+
+// helm runs the helm client on the cluster.
+func helm(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, os.Getenv("HELM"), append([]string{"--kubeconfig", env.cluster.Kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// podsStateOf describes the pods of Deployment ns/name, for failure messages.
+func podsStateOf(ctx context.Context, cs kubernetes.Interface, ns, name string) string {
+	d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return podsState(ctx, cs, ns, d.Spec.Selector)
+}
+
+// checkUID reads the user the container's processes run as, from the node's /proc (this test
+// shares the node's PID namespace): the image's nonroot user.
+func checkUID(t *testing.T, ctx context.Context, p corev1.Pod, want int) {
+	t.Helper()
+	pids := podProcesses(string(p.UID))
+	if len(pids) == 0 {
+		t.Errorf("no process of pod %s found under /proc", p.Name)
+		return
+	}
+	for _, pid := range pids {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Uid:" && f[1] != strconv.Itoa(want) {
+				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				t.Errorf("pod %s: process %d (%s) runs as uid %s, want %d", p.Name, pid, bytes.ReplaceAll(cmd, []byte{0}, []byte{' '}), f[1], want)
 			}
 		}
-		op.k.Stop()
-	})
-	if op.gc, err = kubelet.StartGarbageCollector(c.Config, controllerNS, 500*time.Millisecond, t.Logf); err != nil {
-		t.Fatal(err)
 	}
-	t.Cleanup(op.gc.Stop)
-	return op
+}
+
+// podProcesses lists the processes in the pod's cgroups (the cgroupfs driver names them
+// pod<UID>), but the sandbox's pause process.
+func podProcesses(uid string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(cg), "pod"+uid) && !bytes.HasPrefix(cmd, []byte("/pause")) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // deleteAll deletes objects given as Kind/name or Kind/namespace/name and waits for them to go;
@@ -767,7 +792,7 @@ func (op *operator) patchSpec(t *testing.T, ctx context.Context, kind, ns, name,
 // waitStatus waits for status.policyStatus == want, and says what the status was otherwise.
 func (op *operator) waitStatus(t *testing.T, ctx context.Context, kind, ns, name, want string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout+op.volumeDelay, func() error {
+	eventually(t, timeout, func() error {
 		obj := op.get(t, ctx, kind, ns, name)
 		st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus")
 		if st != want {
@@ -817,7 +842,10 @@ func createPodNamed(ctx context.Context, cs kubernetes.Interface, ns string, lab
 	}
 	_, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{c}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{c},
+			// Admission is what the tests look at: the pod is never scheduled, so the node does
+			// not try to pull an image nothing here serves.
+			SchedulingGates: []corev1.PodSchedulingGate{{Name: "e2e.tollgate.dev/never"}}},
 	}, metav1.CreateOptions{})
 	return name, err
 }
@@ -958,8 +986,8 @@ func parseCert(t *testing.T, pemData []byte) *x509.Certificate {
 }
 
 // servedCert returns the certificate a replica presents for serverName.
-func servedCert(port int32, serverName string) (*x509.Certificate, error) {
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", fmt.Sprintf("127.0.0.1:%d", port),
+func servedCert(ip string, port int32, serverName string) (*x509.Certificate, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))),
 		&tls.Config{ServerName: serverName, InsecureSkipVerify: true}) //nolint:gosec // reading the certificate only
 	if err != nil {
 		return nil, err

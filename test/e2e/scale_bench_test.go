@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/tollgate-dev/tollgate/test/e2e/kubelet"
+	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
 
 // BenchmarkOperatorScale measures the operator's scale targets: 200 policies (the four kinds, in a
@@ -101,8 +101,6 @@ type fleet struct {
 	ctrl    *controllerProc
 	ctrlLog string
 	starts  int
-	k       *kubelet.Kubelet
-	gc      *kubelet.GarbageCollector
 	// serversReady is when createWorkload saw every server ready, before creating the policies.
 	serversReady time.Time
 }
@@ -114,11 +112,7 @@ func startFleet(tb testing.TB, ctx context.Context, ns string) *fleet {
 	c := env.cluster
 	f := &fleet{tb: tb, ns: ns, cs: c.Client, wasm: map[string]string{}}
 	for _, name := range []string{"required-labels", "capabilities-drop", "go-image-registries"} {
-		p := filepath.Join(env.root, "examples", name, "policy.wasm")
-		if _, err := os.Stat(p); err != nil {
-			tb.Fatalf("%v (make policies builds it)", err)
-		}
-		f.wasm[name] = p
+		f.wasm[name] = policyRef(tb, name)
 	}
 	var err error
 	if f.dyn, err = dynamic.NewForConfig(c.Config); err != nil {
@@ -139,18 +133,7 @@ func startFleet(tb testing.TB, ctx context.Context, ns string) *fleet {
 			tb.Logf("--- %s (last 40 lines) ---\n%s", f.ctrlLog, tailFile(f.ctrlLog, 40))
 		}
 	})
-	f.k, err = kubelet.Start(ctx, kubelet.Options{
-		Client: c.Client, Namespace: ns, Binary: env.bin, Dir: filepath.Join(env.dir, "pods-"+ns),
-		StopGrace: 5 * time.Second, Logf: tb.Logf,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(f.k.Stop)
-	if f.gc, err = kubelet.StartGarbageCollector(c.Config, ns, time.Second, tb.Logf); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(f.gc.Stop)
+
 	return f
 }
 
@@ -193,7 +176,8 @@ func (f *fleet) createWorkload(ctx context.Context, prefix string, servers, n in
 		ps := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "policies.tollgate.dev/v1", "kind": "PolicyServer",
 			"metadata": map[string]any{"name": fmt.Sprintf("%s-%d", prefix, i)},
-			"spec":     map[string]any{"image": "ghcr.io/tollgate-dev/tollgate:e2e", "replicas": int64(1)},
+			"spec": map[string]any{"image": env.image, "replicas": int64(1),
+				"insecureSources": []any{cluster.PodRegistryHost}},
 		}}
 		if _, err := f.dyn.Resource(policyGVR["PolicyServer"]).Create(ctx, ps, metav1.CreateOptions{}); err != nil {
 			f.tb.Fatal(err)
@@ -203,10 +187,8 @@ func (f *fleet) createWorkload(ctx context.Context, prefix string, servers, n in
 	// misses a policies.yml swap made while it loads its first configuration (it watches the
 	// file only after loading; see docs/benchmarks.md, Operator), and then serves the old file
 	// until the next change.
-	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer wcancel()
 	for i := 0; i < servers; i++ {
-		if _, err := f.k.WaitReady(wctx, fmt.Sprintf("policy-server-%s-%d", prefix, i), 1); err != nil {
+		if _, err := waitServerPods(ctx, f.cs, f.ns, fmt.Sprintf("policy-server-%s-%d", prefix, i), 1, 3*time.Minute); err != nil {
 			f.tb.Fatal(err)
 		}
 	}
@@ -255,9 +237,9 @@ func fleetPolicy(prefix string, i, servers int, nss []string, wasm map[string]st
 	}
 	if strings.HasSuffix(kind, "Group") {
 		spec["policies"] = map[string]any{
-			"owner": map[string]any{"module": "file://" + wasm["required-labels"],
+			"owner": map[string]any{"module": wasm["required-labels"],
 				"settings": map[string]any{"mandatory_labels": []any{"owner", fmt.Sprintf("g%d", i)}}},
-			"team": map[string]any{"module": "file://" + wasm["required-labels"],
+			"team": map[string]any{"module": wasm["required-labels"],
 				"settings": map[string]any{"mandatory_labels": []any{"team"}}},
 		}
 		spec["expression"] = "owner() || team()"
@@ -265,16 +247,16 @@ func fleetPolicy(prefix string, i, servers int, nss []string, wasm map[string]st
 	} else {
 		switch i % 3 {
 		case 0:
-			spec["module"] = "file://" + wasm["required-labels"]
+			spec["module"] = wasm["required-labels"]
 			spec["mutating"] = false
 			spec["settings"] = map[string]any{"mandatory_labels": []any{fmt.Sprintf("label-%d", i)}}
 		case 1:
-			spec["module"] = "file://" + wasm["go-image-registries"]
+			spec["module"] = wasm["go-image-registries"]
 			spec["mutating"] = i%2 == 1
 			spec["settings"] = map[string]any{"allowedRegistries": []any{fmt.Sprintf("registry-%d.example", i), "ghcr.io/acme"},
 				"alwaysPullImages": i%2 == 1}
 		case 2:
-			spec["module"] = "file://" + wasm["capabilities-drop"]
+			spec["module"] = wasm["capabilities-drop"]
 			spec["mutating"] = true
 		}
 	}

@@ -106,7 +106,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: opts.Dir, Binaries: bins, logf: logf, nodeMode: opts.Node}
-	if c.Dir == "" {
+	if c.Dir != "" {
+		if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	} else {
 		if c.Dir, err = os.MkdirTemp("", "tollgate-e2e-cluster-"); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}

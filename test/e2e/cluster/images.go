@@ -107,9 +107,13 @@ func PushFiles(ctx context.Context, ref string, files map[string][]byte, entrypo
 	return nil
 }
 
-// PushLayout copies the image tagged tag in the OCI image layout dir (e.g. `make image`'s
-// bin/image/oci) to ref in a registry over plain HTTP, and returns the pushed digest.
-func PushLayout(ctx context.Context, dir, tag, ref string) (string, error) {
+// PushLayout copies the image of the OCI image layout dir (e.g. `make image`'s bin/image/oci, which
+// has one tag) to ref in a registry over plain HTTP, and returns the pushed digest.
+func PushLayout(ctx context.Context, dir, ref string) (string, error) {
+	tag, err := layoutTag(dir)
+	if err != nil {
+		return "", err
+	}
 	store, err := oci.NewWithContext(ctx, dir)
 	if err != nil {
 		return "", fmt.Errorf("cluster: OCI layout %s: %w", dir, err)
@@ -124,4 +128,26 @@ func PushLayout(ctx context.Context, dir, tag, ref string) (string, error) {
 		return "", fmt.Errorf("cluster: pushing %s:%s to %s: %w", dir, tag, ref, err)
 	}
 	return desc.Digest.String(), nil
+}
+
+// layoutTag returns the one tag of an OCI image layout (mkimage tags its index with the version).
+func layoutTag(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	if err != nil {
+		return "", fmt.Errorf("cluster: OCI layout (make image): %w", err)
+	}
+	var idx struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return "", fmt.Errorf("cluster: %s/index.json: %w", dir, err)
+	}
+	for _, m := range idx.Manifests {
+		if t := m.Annotations[ocispec.AnnotationRefName]; t != "" {
+			return t, nil
+		}
+	}
+	return "", fmt.Errorf("cluster: %s/index.json names no tag", dir)
 }

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -27,6 +28,10 @@ var hostSysctls = []string{
 	"kernel/keys/root_maxbytes",
 	"net/netfilter/nf_conntrack_max",
 }
+
+// HostPID is this process's PID in the machine's PID namespace, inside the namespaces (0 outside):
+// `nsenter -t HostPID -n -m` enters them from the machine, e.g. to run kubectl against the node.
+var HostPID int
 
 // InIsolation reports whether this process runs inside the namespaces [Isolated] made.
 func InIsolation() bool { return os.Getenv(isolatedEnv) == "1" }
@@ -120,6 +125,10 @@ func runIsolatedChild() int {
 // enterSandbox finishes the namespaces from the inside: private mounts (nothing mounted here is
 // seen by the machine), a /proc of the new PID namespace, loopback up.
 func enterSandbox() error {
+	// /proc is still the machine's: it names this process by its PID there.
+	if self, err := os.Readlink("/proc/self"); err == nil {
+		HostPID, _ = strconv.Atoi(self)
+	}
 	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
 	}
