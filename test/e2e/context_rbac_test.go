@@ -27,7 +27,7 @@ import (
 func TestContextAwareRBAC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	op := startOperator(t, ctx)
+	op := startOperator(t, ctx, "--set", "contextAwarePolicies=true") // the chart's opt-in: the controller writes ClusterRoles
 	const server, policy = "ctx", "unique-ingress-host"
 	serverObject := "policy-server-" + server
 	role := "tollgate-" + serverObject + "-context-aware"

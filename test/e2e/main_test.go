@@ -166,7 +166,6 @@ func run(m *testing.M) (int, error) {
 	return code, nil
 }
 
-
 // repoRoot returns the repository root: the nearest parent of the working directory holding
 // cmd/tollgate.
 func repoRoot() (string, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -91,6 +92,7 @@ func TestOperator(t *testing.T) {
 		}
 	}
 	var latencies []time.Duration // apply-to-enforce, per policy edit
+	var killedPod string          // the replica whose container is killed on purpose
 	var failed atomic.Int64       // failed admission requests over every scenario with load
 
 	ok := t.Run("PolicyServer gets its replicas", func(t *testing.T) {
@@ -354,12 +356,12 @@ spec:
 
 	t.Run("broken policies: status says why, no webhook, the others keep working", func(t *testing.T) {
 		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "broken-module", policySpec{
-			module: "/nonexistent/e2e/policy.wasm", resources: "configmaps", namespace: "e2e-broken",
+			module: "registry://" + cluster.PodRegistryHost + "/e2e/policies/nonexistent:v1", resources: "configmaps", namespace: "e2e-broken",
 		}))
 		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "bad-settings", policySpec{
 			module: op.requiredWasm, settings: `{"required_labels": ["x"]}`, resources: "configmaps", namespace: "e2e-broken",
 		}))
-		for name, want := range map[string]string{"broken-module": "/nonexistent/e2e/policy.wasm", "bad-settings": `unknown settings field "required_labels"`} {
+		for name, want := range map[string]string{"broken-module": "e2e/policies/nonexistent:v1", "bad-settings": `unknown settings field "required_labels"`} {
 			eventually(t, 60*time.Second, func() error {
 				obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", name)
 				st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus")
@@ -470,6 +472,175 @@ spec:
 		}
 	})
 
+	t.Run("a policy-server container killed: the other replica answers, the killed one comes back Ready", func(t *testing.T) {
+		pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, 2, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := pods[0]
+		procs := podProcesses(string(victim.UID))
+		if len(procs) != 1 {
+			t.Fatalf("pod %s: want its one server process, found %v", victim.Name, procs)
+		}
+		l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 2*time.Minute)
+		defer l.stop()
+		time.Sleep(2 * time.Second)
+		before := l.total.Load() - l.failed.Load()
+		killed := time.Now()
+		if err := syscall.Kill(procs[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// The other replica keeps answering while the kubelet restarts the killed container.
+		time.Sleep(3 * time.Second)
+		if during := l.total.Load() - l.failed.Load() - before; during == 0 {
+			t.Errorf("no request succeeded in the 3 s after the kill")
+		}
+		eventually(t, 90*time.Second, func() error {
+			p, err := op.cs.CoreV1().Pods(controllerNS).Get(ctx, victim.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 1 || !podReady(p) {
+				return fmt.Errorf("killed pod %s not back yet%s", victim.Name, podsStateOf(ctx, op.cs, controllerNS, psObject))
+			}
+			return nil
+		})
+		back := time.Since(killed)
+		failedAtKill := l.failed.Load()
+		// Once it is back, both replicas serve again without a failure.
+		time.Sleep(3 * time.Second)
+		l.stop()
+		failed.Add(l.failed.Load())
+		line := fmt.Sprintf("e2e: container kill: back Ready after %v; %d requests, %d failed around the kill, %d failed after it was back",
+			back.Round(time.Millisecond), l.total.Load(), failedAtKill, l.failed.Load()-failedAtKill)
+		t.Log(line)
+		fmt.Println(line)
+		if n := l.failed.Load() - failedAtKill; n != 0 {
+			t.Errorf("%d failed requests after the killed replica was back; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+		}
+		killedPod = victim.Name
+	})
+
+	t.Run("scaled 1 -> 3 -> 1 and its image changed under load: rolling updates with its PodDisruptionBudget, no failed request", func(t *testing.T) {
+		if _, err := op.cs.PolicyV1().PodDisruptionBudgets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the PolicyServer's PodDisruptionBudget (minAvailable: 1): %v", err)
+		}
+		image2 := cluster.RegistryHost + "/tollgate:" + e2eImageTag + "-2"
+		if _, err := cluster.PushLayout(ctx, os.Getenv("TOLLGATE_IMAGE_LAYOUT"), image2); err != nil {
+			t.Fatal(err)
+		}
+		l := startLoad(ctx, op.cs, "e2e-load", 2, 50000, 5*time.Minute)
+		defer l.stop()
+		for _, step := range []struct {
+			patch string
+			n     int
+		}{
+			{`{"replicas": 1}`, 1},
+			{`{"replicas": 3}`, 3},
+			{`{"replicas": 1}`, 1},
+			{`{"image": "` + image2 + `"}`, 1},
+		} {
+			begin := time.Now()
+			op.patchSpec(t, ctx, "PolicyServer", "", psName, step.patch)
+			pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, step.n, 3*time.Minute)
+			if err != nil {
+				t.Fatalf("after %s: %v", step.patch, err)
+			}
+			t.Logf("%s: %d replica(s) Ready after %v", step.patch, step.n, time.Since(begin).Round(time.Millisecond))
+			if strings.Contains(step.patch, "image") && pods[0].Spec.Containers[0].Image != image2 {
+				t.Errorf("pod %s runs %s, want %s", pods[0].Name, pods[0].Spec.Containers[0].Image, image2)
+			}
+			time.Sleep(2 * time.Second) // requests against the new set of replicas
+		}
+		l.stop()
+		failed.Add(l.failed.Load())
+		line := fmt.Sprintf("e2e: scale 2->1->3->1 and image rollout: %d requests, %d failed", l.total.Load(), l.failed.Load())
+		t.Log(line)
+		fmt.Println(line)
+		if n := l.failed.Load(); n != 0 {
+			t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+		}
+	})
+
+	t.Run("the controller pod deleted and recreated: no write to an unchanged object", func(t *testing.T) {
+		f := &fleet{tb: t, ns: controllerNS, cs: op.cs, dyn: op.dyn}
+		old, err := serverPods(ctx, op.cs, controllerNS, controllerName)
+		if err != nil || len(old) != 1 {
+			t.Fatalf("controller pods %v (%v)", old, err)
+		}
+		before, err := f.snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := op.cs.CoreV1().Pods(controllerNS).Delete(ctx, old[0].Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		var pods []corev1.Pod
+		eventually(t, 2*time.Minute, func() error {
+			pods, err = waitServerPods(ctx, op.cs, controllerNS, controllerName, 1, time.Second)
+			if err == nil && pods[0].Name == old[0].Name {
+				return fmt.Errorf("the old controller pod is still there")
+			}
+			return err
+		})
+		t.Logf("new controller pod %s Ready %v after the old one was deleted", pods[0].Name, time.Since(begin).Round(time.Millisecond))
+		// It becomes the leader, reconciles everything, and writes nothing; then it still works.
+		time.Sleep(15 * time.Second)
+		after, err := f.snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Only the controller's own writes count: kube-controller-manager keeps writing the
+		// Deployments' and PDBs' status, and the serving certificate is renewed on its schedule
+		// (--cert-renew-before=90s of a 2m certificate: every 30 s).
+		secret := "secrets " + controllerNS + "/" + psObject + ":"
+		certDue := false
+		if o := before["secrets "+controllerNS+"/"+psObject]; o != nil {
+			crt, _, _ := unstructured.NestedString(o.Object, "data", "tls.crt")
+			if der, err := base64.StdEncoding.DecodeString(crt); err == nil {
+				certDue = time.Until(parseCert(t, der).NotAfter) < 90*time.Second
+			}
+		}
+		var changed []string
+		for _, c := range diffSnapshots(before, after) {
+			if !strings.Contains(c, "last writer tollgate ") || (certDue && strings.HasPrefix(c, secret)) {
+				t.Logf("not the controller's restart: %s", c)
+				continue
+			}
+			changed = append(changed, c)
+		}
+		if len(changed) > 0 {
+			t.Errorf("the new controller changed %d unchanged objects:\n%s", len(changed), strings.Join(changed, "\n"))
+		}
+		if m, err := scrapeMetrics(net.JoinHostPort(pods[0].Status.PodIP, "8088")); err != nil {
+			t.Errorf("controller metrics: %v", err)
+		} else {
+			n, by := nonGETRequests(m)
+			t.Logf("the new controller's writes: %.0f non-GET requests [%s] (the leader election Lease is one of them)", n, by)
+		}
+		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["after-restart"]}}`)
+		eventually(t, 30*time.Second, func() error {
+			err := createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
+			if err == nil || !strings.Contains(err.Error(), `"after-restart"`) {
+				return fmt.Errorf("an edit after the controller's restart: want a denial naming after-restart, got %v", err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("no tollgate container restarted", func(t *testing.T) {
+		n, why, err := tollgateRestarts(ctx, op.cs, controllerNS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprintf("e2e: tollgate container restarts: %d (the container killed on purpose, %s, was replaced by the rollout)", n, killedPod)
+		fmt.Println(line)
+		if n != 0 {
+			t.Errorf("%d restarts: %s", n, why)
+		}
+	})
+
 	t.Run("deleting a policy removes its webhook", func(t *testing.T) {
 		if _, _, err := env.cluster.Kubectl(ctx, "delete", "clusteradmissionpolicy", "capabilities-drop", "--timeout=60s"); err != nil {
 			t.Fatal(err)
@@ -569,7 +740,7 @@ spec:
 // and waits for the controller pod to be Ready; the test's cleanup uninstalls it (after the
 // test's own cleanups, which delete its policies and PolicyServers while the controller still
 // honours their finalizers), printing the controller's log when the test failed.
-func startOperator(t *testing.T, ctx context.Context) *operator {
+func startOperator(t *testing.T, ctx context.Context, helmArgs ...string) *operator {
 	t.Helper()
 	c := env.cluster
 	op := &operator{cs: c.Client, requiredWasm: policyRef(t, "required-labels"), capsWasm: policyRef(t, "capabilities-drop")}
@@ -585,10 +756,11 @@ func startOperator(t *testing.T, ctx context.Context) *operator {
 		"--ca-validity=3m",
 	})
 	begin := time.Now()
-	out, err := helm(ctx, "install", release, filepath.Join(env.root, "charts", "tollgate"),
+	args := append([]string{"install", release, filepath.Join(env.root, "charts", "tollgate"),
 		"--namespace", controllerNS, "--create-namespace", "--wait", "--timeout", "3m",
-		"--set", "image.repository="+strings.TrimSuffix(env.image, ":"+e2eImageTag), "--set", "image.tag="+e2eImageTag,
-		"--set", "policyServer.enabled=false", "--set", "caSecret="+caSecret, "--set-json", "extraArgs="+string(extra))
+		"--set", "image.repository=" + strings.TrimSuffix(env.image, ":"+e2eImageTag), "--set", "image.tag=" + e2eImageTag,
+		"--set", "policyServer.enabled=false", "--set", "caSecret=" + caSecret, "--set-json", "extraArgs=" + string(extra)}, helmArgs...)
+	out, err := helm(ctx, args...)
 	if err != nil {
 		t.Fatalf("helm install: %v\n%s%s", err, out, podsStateOf(ctx, op.cs, controllerNS, controllerName))
 	}

@@ -254,7 +254,6 @@ spec:
 	return nil
 }
 
-
 func indent(s string) string {
 	var b strings.Builder
 	sc := bufio.NewScanner(strings.NewReader(s))
