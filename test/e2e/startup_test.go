@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
@@ -123,4 +126,169 @@ spec:
 		}
 		return nil
 	})
+}
+
+// TestScaleMixOnRealNode: a PolicyServer with the default resources (the PolicyServer's own
+// defaults: no requests or limits unless the operator sets them) serving loadgen scale's 50-policy
+// mix (12 required-labels, 12 capabilities-drop, 12 go-image-registries, 8 MutatingAdmissionPolicy
+// built-in, 6 Gatekeeper built-in, each with settings of its own) starts on a cold cache and stays
+// up: every policy active, no restart, no OOM kill. It prints the pod's peak memory (its memory
+// cgroup's max_usage_in_bytes, page cache included).
+func TestScaleMixOnRealNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	op := startOperator(t, ctx)
+	const server, ns, label = "mix", "scale-mix", "e2e.tollgate.dev/mix"
+	serverObject := "policy-server-" + server
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer ccancel()
+		if err := op.dyn.Resource(policyGVR["ClusterAdmissionPolicy"]).DeleteCollection(cctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: label}); err != nil {
+			t.Errorf("delete the mix: %v", err)
+		}
+		_ = poll(cctx, time.Minute, 500*time.Millisecond, func() error {
+			l, err := op.dyn.Resource(policyGVR["ClusterAdmissionPolicy"]).List(cctx, metav1.ListOptions{LabelSelector: label})
+			if err == nil && len(l.Items) > 0 {
+				err = fmt.Errorf("%d left", len(l.Items))
+			}
+			return err
+		})
+		op.deleteAll(t, []string{"PolicyServer/" + server})
+	})
+	yamlFile := func(rel string) any {
+		b, err := os.ReadFile(filepath.Join(env.root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := sigsyaml.YAMLToJSON(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		if err := json.Unmarshal(j, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	sidecar := yamlFile("policies/mutating-admission-policy/testdata/sidecar-settings.yml")
+	authz := yamlFile("policies/mutating-admission-policy/testdata/authz-settings.yml")
+	gk := yamlFile("policies/gatekeeper-mutation/testdata/settings-bench.yaml")
+	// Settings of their own: the JSON of a settings document with one string replaced.
+	vary := func(v any, from, to string) any {
+		b, _ := json.Marshal(v)
+		var out any
+		_ = json.Unmarshal([]byte(strings.ReplaceAll(string(b), from, to)), &out)
+		return out
+	}
+	type mixPolicy struct {
+		name, module string
+		settings     any
+		mutating     bool
+	}
+	var mix []mixPolicy
+	for i := range 12 {
+		mix = append(mix, mixPolicy{fmt.Sprintf("mix-labels-%d", i), policyRef(t, "required-labels"),
+			map[string]any{"mandatory_labels": []any{"owner", "app.kubernetes.io/name"}, "denied_labels": []any{fmt.Sprintf("debug-%d", i)}}, false})
+		mix = append(mix, mixPolicy{fmt.Sprintf("mix-caps-%d", i), policyRef(t, "capabilities-drop"), map[string]any{}, true})
+		mix = append(mix, mixPolicy{fmt.Sprintf("mix-registries-%d", i), policyRef(t, "go-image-registries"),
+			map[string]any{"allowedRegistries": []any{"docker.io", "ghcr.io/acme", "registry.k8s.io", fmt.Sprintf("quay.io/team-%d", i)}}, false})
+	}
+	for i := range 8 {
+		s := sidecar
+		if i%2 == 1 {
+			s = authz
+		}
+		mix = append(mix, mixPolicy{fmt.Sprintf("mix-map-%d", i), "builtin://mutating-admission-policy",
+			vary(s, "mesh/proxy:v1.0.0", fmt.Sprintf("mesh/proxy:v1.0.%d", i%4)), true})
+	}
+	for i := range 6 {
+		mix = append(mix, mixPolicy{fmt.Sprintf("mix-gk-%d", i), "builtin://gatekeeper-mutation", vary(gk, "tollgate", fmt.Sprintf("tollgate-%d", i%3)), true})
+	}
+	if len(mix) != 50 {
+		t.Fatalf("the mix has %d policies", len(mix))
+	}
+	for _, p := range mix {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "policies.tollgate.dev/v1", "kind": "ClusterAdmissionPolicy",
+			"metadata": map[string]any{"name": p.name, "labels": map[string]any{label: "true"}},
+			"spec": map[string]any{
+				"policyServer": server, "module": p.module, "settings": p.settings, "mutating": p.mutating,
+				"rules": []any{map[string]any{"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"pods"}, "operations": []any{"CREATE"}}},
+				"namespaceSelector": map[string]any{"matchExpressions": []any{map[string]any{
+					"key": "kubernetes.io/metadata.name", "operator": "In", "values": []any{ns}}}},
+			},
+		}}
+		if _, err := op.dyn.Resource(policyGVR["ClusterAdmissionPolicy"]).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", p.name, err)
+		}
+	}
+	begin := time.Now()
+	apply(t, ctx, `apiVersion: policies.tollgate.dev/v1
+kind: PolicyServer
+metadata:
+  name: `+server+`
+spec:
+  image: `+env.image+`
+  replicas: 1
+  insecureSources: ["`+cluster.PodRegistryHost+`"]
+`)
+	pods, err := waitServerPods(ctx, op.cs, controllerNS, serverObject, 1, 6*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := time.Since(begin)
+	err = poll(ctx, 2*time.Minute, time.Second, func() error {
+		l, err := op.dyn.Resource(policyGVR["ClusterAdmissionPolicy"]).List(ctx, metav1.ListOptions{LabelSelector: label})
+		if err != nil {
+			return err
+		}
+		var notActive []string
+		for _, o := range l.Items {
+			if st, _, _ := unstructured.NestedString(o.Object, "status", "policyStatus"); st != "active" {
+				notActive = append(notActive, o.GetName()+"="+st)
+			}
+		}
+		if len(notActive) > 0 {
+			return fmt.Errorf("%d policies not active: %v", len(notActive), notActive)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := op.cs.CoreV1().Pods(controllerNS).Get(ctx, pods[0].Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restarts int32
+	for _, s := range p.Status.ContainerStatuses {
+		restarts += s.RestartCount
+		if s.LastTerminationState.Terminated != nil {
+			t.Errorf("container %s was terminated: %s (exit %d)", s.Name, s.LastTerminationState.Terminated.Reason, s.LastTerminationState.Terminated.ExitCode)
+		}
+	}
+	peak := podPeakMemory(string(p.UID))
+	line := fmt.Sprintf("e2e: 50-policy mix on default resources: Ready after %v, 50 active after %v, restarts %d, pod peak memory %d MB",
+		ready.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond), restarts, peak>>20)
+	t.Log(line)
+	fmt.Println(line)
+	if restarts != 0 {
+		t.Errorf("the policy server restarted %d times", restarts)
+	}
+}
+
+// podPeakMemory is the pod's memory cgroup's peak usage in bytes (cgroup v1, the cgroupfs
+// driver's kubepods[/<qos>]/pod<UID>), 0 if it cannot be read.
+func podPeakMemory(uid string) int64 {
+	var peak int64
+	_ = filepath.WalkDir("/sys/fs/cgroup/memory/kubepods", func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || filepath.Base(p) != "pod"+uid {
+			return nil
+		}
+		if b, err := os.ReadFile(filepath.Join(p, "memory.max_usage_in_bytes")); err == nil {
+			fmt.Sscan(strings.TrimSpace(string(b)), &peak)
+		}
+		return filepath.SkipAll
+	})
+	return peak
 }
