@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // EnvPrefix prefixes the environment variable of every server flag:

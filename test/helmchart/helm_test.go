@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 const (
