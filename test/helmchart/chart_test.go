@@ -35,6 +35,11 @@ var (
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, Verbs: allVerbs},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
+	// contextAwarePolicies=true adds what writing the servers' context-aware ClusterRoles needs.
+	wantContextAwareRules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "create", "update", "delete"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"escalate", "bind"}},
+	}
 	wantRoleRules = []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services", "serviceaccounts"}, Verbs: allVerbs},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: allVerbs},
@@ -109,7 +114,7 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("rendered %v, want %v", got, want)
 	}
 	checkNamespaces(t, objs)
-	checkRBAC(t, m, ctrl, ctrl)
+	checkRBAC(t, m, ctrl, ctrl, false)
 
 	var d appsv1.Deployment
 	get(t, m, "Deployment/"+ctrl, &d)
@@ -163,7 +168,7 @@ func TestAllValues(t *testing.T) {
 		t.Errorf("serviceAccount.create=false still renders it, or not 8 objects: %d", len(m))
 	}
 	checkNamespaces(t, objs)
-	checkRBAC(t, m, ctrl, "existing-sa")
+	checkRBAC(t, m, ctrl, "existing-sa", true)
 
 	var d appsv1.Deployment
 	get(t, m, "Deployment/"+ctrl, &d)
@@ -171,6 +176,7 @@ func TestAllValues(t *testing.T) {
 		"controller", "--namespace=$(POD_NAMESPACE)", "--leader-elect=false", "--metrics-bind-address=:9090",
 		"--health-probe-bind-address=:9091", "--ca-secret=my-ca",
 		"--always-accept-admission-reviews-on-deployments-namespace=false", "--log-level=debug", "--log-fmt=text",
+		"--cert-validity=720h", "--ca-validity=8760h",
 	}
 	c := checkDeployment(t, &d, ctrl, wantArgs, 9090, 9091)
 	p := d.Spec.Template.Spec
@@ -301,6 +307,8 @@ func TestSchemaRefuses(t *testing.T) {
 	}{
 		{"logLevel=verbose", "at '/logLevel': value must be one of 'trace', 'debug', 'info', 'warn', 'error'"},
 		{"logFormat=xml", "at '/logFormat'"},
+		{"extraArgs[0]=rm", "at '/extraArgs/0'"},
+		{"contextAwarePolicies=maybe", "at '/contextAwarePolicies'"},
 		{"imagee.tag=v1", "additional properties 'imagee' not allowed"},
 		{"image.pullPolicy=Sometimes", "at '/image/pullPolicy'"},
 		{"image.tag=v1+meta", "at '/image/tag'"},
@@ -518,14 +526,18 @@ func checkNamespaces(t *testing.T, objs []object) {
 
 // checkRBAC: exactly the expected rules, no wildcard anywhere, secrets only in the Role, and
 // bindings of the controller's ServiceAccount.
-func checkRBAC(t *testing.T, m map[string]object, name, sa string) {
+func checkRBAC(t *testing.T, m map[string]object, name, sa string, contextAware bool) {
 	t.Helper()
 	var cr rbacv1.ClusterRole
 	var r rbacv1.Role
 	get(t, m, "ClusterRole/"+name, &cr)
 	get(t, m, "Role/"+name, &r)
-	if !reflect.DeepEqual(cr.Rules, wantClusterRules) {
-		t.Errorf("ClusterRole rules\n%+v\nwant\n%+v", cr.Rules, wantClusterRules)
+	want := wantClusterRules
+	if contextAware {
+		want = slices.Concat(wantClusterRules, wantContextAwareRules)
+	}
+	if !reflect.DeepEqual(cr.Rules, want) {
+		t.Errorf("ClusterRole rules\n%+v\nwant\n%+v", cr.Rules, want)
 	}
 	if !reflect.DeepEqual(r.Rules, wantRoleRules) {
 		t.Errorf("Role rules\n%+v\nwant\n%+v", r.Rules, wantRoleRules)
