@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -63,10 +64,30 @@ func Isolated(f func() int) int {
 		fmt.Fprintln(os.Stderr, "cluster: the real-node end-to-end tests run a kubelet and a container runtime: they need root (run as root, e.g. in CI)")
 		return 1
 	}
-	saved := readSysctls()
+	// One node at a time on a machine: the kubelet's cgroups (/kubepods at each hierarchy's
+	// root) and the sysctls are machine-wide, and a kubelet removes pod cgroups it does not know.
+	// The lock goes with this process, however it ends.
+	lock, err := os.OpenFile(lockFile, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cluster: isolation:", err)
+		return 1
+	}
+	defer lock.Close()
+	if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		fmt.Fprintf(os.Stderr, "cluster: another node runs on this machine (%s is locked): waiting for it\n", lockFile)
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			fmt.Fprintln(os.Stderr, "cluster: isolation:", err)
+			return 1
+		}
+	}
+	saved := savedSysctls()
 	cgroupsBefore := topCgroups()
 	code := runIsolatedChild()
-	if err := restoreHost(saved, cgroupsBefore); err != nil {
+	err = restoreHost(saved, cgroupsBefore)
+	if err == nil {
+		_ = os.Remove(sysctlsFile)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "cluster: teardown:", err)
 		if code == 0 {
 			code = 1
@@ -91,7 +112,9 @@ func runIsolatedChild() int {
 		Pdeathsig:  syscall.SIGKILL,
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// SIGQUIT too: `go test`'s timeout sends it; passed on, the tests dump their goroutines and end,
+	// and this process still restores the machine.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "cluster: isolation: starting the namespaced test process:", err)
@@ -141,6 +164,29 @@ func enterSandbox() error {
 	return nil
 }
 
+// sysctlsFile keeps the machine's sysctls from before the first node, until they are restored: a
+// run whose parent was killed (SIGKILL leaves no time to restore) leaves it, and the next run
+// restores those values, not the ones the kubelet set.
+const sysctlsFile = "/var/tmp/tollgate-e2e-sysctls.json"
+
+// lockFile serializes the nodes of every run on the machine (Isolated).
+const lockFile = "/var/tmp/tollgate-e2e-node.lock"
+
+func savedSysctls() map[string]string {
+	if b, err := os.ReadFile(sysctlsFile); err == nil {
+		var m map[string]string
+		if json.Unmarshal(b, &m) == nil && len(m) > 0 {
+			fmt.Fprintf(os.Stderr, "cluster: restoring the sysctls an interrupted run left (%s)\n", sysctlsFile)
+			return m
+		}
+	}
+	m := readSysctls()
+	if b, err := json.Marshal(m); err == nil {
+		_ = os.WriteFile(sysctlsFile, b, 0o600)
+	}
+	return m
+}
+
 func readSysctls() map[string]string {
 	m := map[string]string{}
 	for _, k := range hostSysctls {
@@ -183,10 +229,14 @@ func restoreHost(saved map[string]string, before map[string]bool) error {
 		}
 	}
 	for dir := range topCgroups() {
-		if before[dir] || !strings.HasPrefix(filepath.Base(dir), "kubepods") {
+		if !strings.HasPrefix(filepath.Base(dir), "kubepods") {
 			continue
 		}
-		if err := removeCgroupTree(dir); err != nil {
+		// One that was there before is a leftover of a run whose parent was killed (nothing could
+		// restore then): remove it too when it is empty, which rmdir checks (a cgroup with
+		// processes is busy). No other kubelet runs on these machines; if one did, its cgroups
+		// would be busy and stay.
+		if err := removeCgroupTree(dir); err != nil && !before[dir] {
 			errs = append(errs, err)
 		}
 	}
