@@ -114,10 +114,6 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if resolver.Registry, err = serveRegistry(o, cfg.Sources, logger); err != nil {
 		return err
 	}
-	if o.DockerConfigJSONPath != "" {
-		// registry clients read credentials from $DOCKER_CONFIG/config.json
-		os.Setenv("DOCKER_CONFIG", filepath.Dir(o.DockerConfigJSONPath))
-	}
 	loader := &server.HostLoader{Host: host, Resolver: resolveWith(resolver, cfg.Sources), ShareInstances: shareInstances}
 
 	var tlsCfg *tls.Config

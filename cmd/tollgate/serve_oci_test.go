@@ -77,10 +77,14 @@ func postReview(t *testing.T, url string, review []byte) (int, string) {
 // (pinned by digest, by tag, and one that does not exist) on a TLS registry
 // with authentication. The existing ones evaluate; the missing one fails
 // alone. After a restart with the registry down, the store serves the
-// pinned module and, with a warning, the tagged one.
+// pinned module and, with a warning, the tagged one. The credentials come
+// from --docker-config-json-path alone: $DOCKER_CONFIG names a folder
+// without them, and serve leaves the process environment as it found it.
 func TestServeRegistryPolicies(t *testing.T) {
 	reg := ocitest.Start(t, ocitest.Options{TLS: true, Auth: true})
 	dir := t.TempDir()
+	noCredentials := filepath.Join(dir, "no-docker-config")
+	t.Setenv("DOCKER_CONFIG", noCredentials)
 	policy := testfixture.Path("examples/required-labels/policy.wasm")
 	testfixture.File(t, "examples/required-labels/policy.wasm")
 	digest := strings.TrimSpace(mustExecute(t, "push", policy, reg.URI("examples/required-labels:v1"),
@@ -122,6 +126,9 @@ missing:
 	t.Logf("first start: %s", regexp.MustCompile(`msg="policies loaded"[^\n]*`).FindString(stderr.String()))
 	if !strings.Contains(stderr.String(), "examples/missing:v1") {
 		t.Fatalf("the failed pull is not reported:\n%s", stderr.String())
+	}
+	if got := os.Getenv("DOCKER_CONFIG"); got != noCredentials {
+		t.Fatalf("serve changed the process environment: DOCKER_CONFIG=%q, want %q", got, noCredentials)
 	}
 	stop()
 
