@@ -51,12 +51,6 @@ func compilePatterns(patterns []string) (capSet, error) {
 	return c, nil
 }
 
-// ValidatePatterns checks hostCapabilities patterns without a Host.
-func ValidatePatterns(patterns []string) error {
-	_, err := compilePatterns(patterns)
-	return err
-}
-
 func checkPattern(p string) error {
 	switch {
 	case p == "":

@@ -56,9 +56,3 @@ func (c *ttlCache) put(key string, b []byte) {
 	}
 	c.m[key] = ttlEntry{exp: now.Add(c.ttl), b: b}
 }
-
-func (c *ttlCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}
