@@ -73,7 +73,10 @@ func Isolated(f func() int) int {
 		return 1
 	}
 	defer lock.Close()
-	if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+	// LockHeldEnv: a test that runs a node in a subprocess while holding the lock itself.
+	if os.Getenv(LockHeldEnv) == "1" {
+		// nothing to take
+	} else if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 		fmt.Fprintf(os.Stderr, "cluster: another node runs on this machine (%s is locked): waiting for it\n", lockFile)
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 			fmt.Fprintln(os.Stderr, "cluster: isolation:", err)
@@ -169,6 +172,13 @@ func enterSandbox() error {
 // restores those values, not the ones the kubelet set.
 const sysctlsFile = "/var/tmp/tollgate-e2e-sysctls.json"
 
+// LockHeldEnv=1 tells Isolated that its caller already holds the machine's node lock (a test
+// that interrupts a node it runs in a subprocess, after its own node is gone).
+const LockHeldEnv = "TOLLGATE_E2E_LOCK_HELD"
+
+// IsolatedEnv is set in the environment of the process Isolated runs in its namespaces.
+const IsolatedEnv = isolatedEnv
+
 // lockFile serializes the nodes of every run on the machine (Isolated).
 const lockFile = "/var/tmp/tollgate-e2e-node.lock"
 
@@ -176,7 +186,9 @@ func savedSysctls() map[string]string {
 	if b, err := os.ReadFile(sysctlsFile); err == nil {
 		var m map[string]string
 		if json.Unmarshal(b, &m) == nil && len(m) > 0 {
-			fmt.Fprintf(os.Stderr, "cluster: restoring the sysctls an interrupted run left (%s)\n", sysctlsFile)
+			if os.Getenv(LockHeldEnv) != "1" {
+				fmt.Fprintf(os.Stderr, "cluster: restoring the sysctls an interrupted run left (%s)\n", sysctlsFile)
+			}
 			return m
 		}
 	}
@@ -185,6 +197,16 @@ func savedSysctls() map[string]string {
 		_ = os.WriteFile(sysctlsFile, b, 0o600)
 	}
 	return m
+}
+
+// PristineSysctls returns the machine's sysctls as they were before the first node of the running
+// Isolated call (they are restored to these), keyed by their path under /proc/sys.
+func PristineSysctls() map[string]string {
+	var m map[string]string
+	if b, err := os.ReadFile(sysctlsFile); err == nil && json.Unmarshal(b, &m) == nil && len(m) > 0 {
+		return m
+	}
+	return readSysctls()
 }
 
 func readSysctls() map[string]string {

@@ -231,6 +231,16 @@ func (c *Cluster) stopNodeLeftovers() error {
 			errs = append(errs, fmt.Errorf("cluster: unmount %s: %w", mp, err))
 		}
 	}
+	// The kubelet's cgroups, now empty (Isolated's parent removes them too, should this fail).
+	hs, _ := os.ReadDir(cgroupRoot)
+	for _, h := range hs {
+		ds, _ := filepath.Glob(filepath.Join(cgroupRoot, h.Name(), "kubepods*"))
+		for _, d := range ds {
+			if err := removeCgroupTree(d); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,11 +1,17 @@
 package cluster_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -122,6 +128,10 @@ func TestNode(t *testing.T) {
 	if err != nil || len(ep.Subsets) != 1 || len(ep.Subsets[0].Addresses) != 1 || ep.Subsets[0].Addresses[0].IP != cluster.NodeIP {
 		t.Errorf("kubernetes endpoints %+v (%v), want %s", ep, err, cluster.NodeIP)
 	}
+	if os.Getenv(holdEnv) == "1" { // TestTeardown's subprocess: a node with a running pod, until a signal
+		fmt.Println(holdingLine)
+		select {}
+	}
 	if err := c.Client.CoreV1().Pods("node-e2e").Delete(ctx, "sleeper", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -134,5 +144,160 @@ func TestNode(t *testing.T) {
 			t.Fatal("pod not gone after its deletion")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// holdEnv=1 makes TestNode hold its node, pod running, after printing holdingLine.
+const (
+	holdEnv     = "TOLLGATE_E2E_HOLD"
+	holdingLine = "node: holding"
+)
+
+// machineSysctls are the machine-wide sysctls the kubelet sets.
+var machineSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
+
+func readSysctls(t *testing.T) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, k := range machineSysctls {
+		b, err := os.ReadFile("/proc/sys/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[k] = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// nodeLeftovers lists what a node leaves on the machine if its teardown failed: processes of the
+// node's binaries, kubepods cgroups at the roots of the cgroup hierarchies.
+func nodeLeftovers() []string {
+	var left []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		comm, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil {
+			continue
+		}
+		switch c := strings.TrimSpace(string(comm)); c {
+		case "kubelet", "containerd", "containerd-shim", "containerd-shim-runc-v2", "kube-apiserver", "etcd", "kube-proxy", "kube-scheduler", "kube-controller-manager", "pause", "docker-registry":
+			if stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); !strings.Contains(string(stat), ") Z ") {
+				left = append(left, "process "+e.Name()+" "+c)
+			}
+		}
+	}
+	hs, _ := os.ReadDir("/sys/fs/cgroup")
+	for _, h := range hs {
+		ds, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", h.Name(), "kubepods*"))
+		for _, d := range ds {
+			left = append(left, "cgroup "+d)
+		}
+	}
+	return left
+}
+
+// TestTeardown interrupts a node (TestNode holding its node, in a subprocess with namespaces of
+// its own): after SIGINT nothing is left and the sysctls the kubelet changed are back; after
+// SIGKILL of the process that would restore them, the kernel still kills every process of the
+// node, and the next run restores the sysctls and removes the cgroups.
+func TestTeardown(t *testing.T) {
+	if os.Getenv(holdEnv) == "1" {
+		t.Skip("inside TestTeardown's own subprocess")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	// What the machine had before this binary's first node (TestNode's kubelet already changed the
+	// live values; the parent restores these at the end).
+	before := map[string]string{}
+	for k, v := range cluster.PristineSysctls() {
+		if slices.Contains(machineSysctls, k) {
+			before[k] = v
+		}
+	}
+	if left := nodeLeftovers(); len(left) > 0 {
+		t.Fatalf("leftovers before the test: %v", left)
+	}
+	env := []string{holdEnv + "=1", cluster.LockHeldEnv + "=1"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, cluster.IsolatedEnv+"=") {
+			env = append(env, kv)
+		}
+	}
+	start := func() *exec.Cmd {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, "/proc/self/exe", "-test.run", "^TestNode$", "-test.v")
+		cmd.Env = env
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), holdingLine) {
+				go func() { _, _ = io.Copy(io.Discard, out) }()
+				return cmd
+			}
+		}
+		_ = cmd.Wait()
+		t.Fatalf("the subprocess ended before its node was up")
+		return nil
+	}
+	waitGone := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for left := nodeLeftovers(); len(left) > 0; left = nodeLeftovers() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: left on the machine after 30 s: %v", what, left)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+
+	// SIGINT: the parent passes it on, the tests end, the kernel kills the node, the parent restores.
+	cmd := start()
+	if len(nodeLeftovers()) == 0 {
+		t.Fatal("no node process seen while the node runs: the leftover check would see nothing")
+	}
+	during := readSysctls(t)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	_ = cmd.Wait()
+	waitGone("after SIGINT")
+	if after := readSysctls(t); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("sysctls after SIGINT %v, before %v (during %v)", after, before, during)
+	}
+	t.Logf("SIGINT: nothing left; sysctls %v during the node, %v after", during, before)
+
+	// SIGKILL of the parent: nothing can restore, but no process survives it; the next run repairs.
+	cmd = start()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var procs []string
+		for _, l := range nodeLeftovers() {
+			if strings.HasPrefix(l, "process ") {
+				procs = append(procs, l)
+			}
+		}
+		if len(procs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left 30 s after SIGKILL: %v", procs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	repair := exec.CommandContext(ctx, "/proc/self/exe", "-test.run", "^$")
+	repair.Env = env
+	if out, err := repair.CombinedOutput(); err != nil {
+		t.Fatalf("the next run: %v\n%s", err, out)
+	}
+	waitGone("after SIGKILL and the next run")
+	if after := readSysctls(t); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("sysctls after SIGKILL and the next run %v, before %v", after, before)
 	}
 }
