@@ -139,18 +139,6 @@ func Decode(name string, data []byte) (*Metadata, error) {
 	return &m, nil
 }
 
-// Parse decodes and validates a metadata.yml.
-func Parse(name string, data []byte) (*Metadata, error) {
-	m, err := Decode(name, data)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return m, nil
-}
-
 // DecodeFile reads a metadata.yml file without validating it.
 func DecodeFile(path string) (*Metadata, error) {
 	data, err := os.ReadFile(path)

@@ -2,6 +2,7 @@ package metadata
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -24,8 +25,20 @@ annotations:
 
 func emptyModule() []byte { return append([]byte{}, wasmbin.Magic...) }
 
+// parse decodes and validates a metadata.yml: Decode, then Validate.
+func parse(name string, data []byte) (*Metadata, error) {
+	m, err := Decode(name, data)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return m, nil
+}
+
 func TestAnnotateReadRoundTrip(t *testing.T) {
-	md, err := Parse("metadata.yml", []byte("protocolVersion: v1\n"+good))
+	md, err := parse("metadata.yml", []byte("protocolVersion: v1\n"+good))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +90,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse("metadata.yml", []byte(tt.in))
+			_, err := parse("metadata.yml", []byte(tt.in))
 			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "metadata.yml") {
 				t.Fatalf("want ErrInvalid naming the file and %q, got %v", tt.want, err)
 			}
@@ -95,7 +108,7 @@ func TestReadCorruptSection(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte("protocolVersion: v1\n" + good))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		md, err := Parse("f", b)
+		md, err := parse("f", b)
 		if err == nil {
 			if _, err := Annotate(emptyModule(), md, ""); err != nil {
 				t.Fatalf("valid metadata does not annotate: %v", err)
