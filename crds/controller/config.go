@@ -14,7 +14,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/server/status"
 )
 
-// ErrPolicyRefused marks a policy that the policy server would refuse: BuildConfig leaves it out
+// ErrPolicyRefused marks a policy that the policy server would refuse: buildConfig leaves it out
 // of policies.yml (one bad policy must not make the server reject the whole file) and the error
 // names the spec field and value at fault.
 var ErrPolicyRefused = errors.New("the policy server would refuse this policy")
@@ -228,17 +228,12 @@ func policyRef(ns, name string) string {
 	return ns + "/" + name
 }
 
-// BuildConfig returns the policies.yml (JSON, Kubewarden's shape) of the given policies for
-// policy server ps, and the policies left out with the reason (by id). Its output depends on its
+// buildConfig returns the policies.yml (JSON, Kubewarden's shape) of the given policies for
+// policy server ps, and the policies left out with the reason (by id); build gives each policy's
+// entry (BuildPolicyEntry, or the reconciler's memoizing entryCache). Its output depends on its
 // input only, byte for byte (keys sorted at every level), so an unchanged reconcile writes
 // nothing. Policies are taken in kind, namespace and name order; a later policy whose id
 // collides with an earlier one (Kubewarden's "namespaced-<ns>-<name>" is ambiguous) is left out.
-func BuildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options) (policiesYML []byte, skipped map[string]error) {
-	return buildConfig(policies, ps, o, BuildPolicyEntry)
-}
-
-// buildConfig is BuildConfig with build in place of BuildPolicyEntry (a memoizing one in the
-// reconciler).
 func buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options, build func(v1.Policy, *v1.PolicyServer, Options) (string, map[string]any, error)) (policiesYML []byte, skipped map[string]error) {
 	sorted := append([]v1.Policy(nil), policies...)
 	sort.SliceStable(sorted, func(i, j int) bool {

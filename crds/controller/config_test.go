@@ -164,8 +164,8 @@ func TestBuildConfig(t *testing.T) {
 	ns := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a-b", Name: "c"}, Spec: v1.AdmissionPolicySpec{WebhookSpec: webhook, ModuleSpec: cfgModule("r/a:1", "")}}
 	clash := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "b-c"}, Spec: v1.AdmissionPolicySpec{WebhookSpec: webhook, ModuleSpec: cfgModule("r/a:1", "")}}
 
-	b1, skipped := BuildConfig([]v1.Policy{bad, ns, good, clash}, cfgPS(), Options{})
-	b2, _ := BuildConfig([]v1.Policy{clash, good, ns, bad}, cfgPS(), Options{})
+	b1, skipped := buildConfig([]v1.Policy{bad, ns, good, clash}, cfgPS(), Options{}, BuildPolicyEntry)
+	b2, _ := buildConfig([]v1.Policy{clash, good, ns, bad}, cfgPS(), Options{}, BuildPolicyEntry)
 	if string(b1) != string(b2) {
 		t.Errorf("the order of the policies changed the bytes:\n%s\n%s", b1, b2)
 	}
@@ -198,9 +198,58 @@ func TestBuildConfig(t *testing.T) {
 		t.Errorf("collision: skipped = %v", skipped)
 	}
 
-	empty, skipped := BuildConfig(nil, cfgPS(), Options{})
+	empty, skipped := buildConfig(nil, cfgPS(), Options{}, BuildPolicyEntry)
 	if string(empty) != "{}\n" || skipped != nil {
 		t.Errorf("no policies: %q, %v", empty, skipped)
+	}
+}
+
+// TestBuildConfigOutput: the policies.yml of one PolicyServer, byte for byte; a policy the server
+// would refuse is left out, with the reason.
+func TestBuildConfigOutput(t *testing.T) {
+	ps := &v1.PolicyServer{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	labels := &v1.AdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "labels"},
+		Spec: v1.AdmissionPolicySpec{ModuleSpec: v1.ModuleSpec{
+			Module:   "ghcr.io/kubewarden/policies/safe-labels:v1.0.0",
+			Settings: runtime.RawExtension{Raw: []byte(`{"mandatory_labels": ["owner"]}`)},
+		}},
+	}
+	broken := &v1.ClusterAdmissionPolicyGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "signed"},
+		Spec: v1.ClusterAdmissionPolicyGroupSpec{
+			GroupSpec: v1.GroupSpec{Expression: "signed() &&", Message: "unsigned image"},
+			Policies:  map[string]v1.ClusterPolicyGroupMember{"signed": {ModuleSpec: v1.ModuleSpec{Module: "registry://r/sig:1"}}},
+		},
+	}
+	yml, skipped := buildConfig([]v1.Policy{labels, broken}, ps, Options{}, BuildPolicyEntry)
+	const want = `{
+  "namespaced-team-a-labels": {
+    "allowedToMutate": false,
+    "contextAwareResources": [],
+    "hostCapabilities": [
+      "*"
+    ],
+    "module": "registry://ghcr.io/kubewarden/policies/safe-labels:v1.0.0",
+    "namespacedName": {
+      "Name": "labels",
+      "Namespace": "team-a"
+    },
+    "policyMode": "protect",
+    "settings": {
+      "mandatory_labels": [
+        "owner"
+      ]
+    }
+  }
+}
+`
+	if string(yml) != want {
+		t.Errorf("policies.yml =\n%s\nwant\n%s", yml, want)
+	}
+	const refused = `the policy server would refuse this policy: ClusterAdmissionPolicyGroup signed: spec.expression: value "signed() &&": unexpected end of expression at offset 11`
+	if err := skipped["clusterwide-group-signed"]; len(skipped) != 1 || err == nil || err.Error() != refused {
+		t.Errorf("skipped = %v, want clusterwide-group-signed: %s", skipped, refused)
 	}
 }
 
@@ -252,6 +301,6 @@ func BenchmarkBuildConfig(b *testing.B) {
 	ps := cfgPS()
 	b.ReportAllocs()
 	for b.Loop() {
-		BuildConfig(pols, ps, Options{})
+		buildConfig(pols, ps, Options{}, BuildPolicyEntry)
 	}
 }

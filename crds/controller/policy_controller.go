@@ -374,7 +374,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 	held := cfg != nil && cfg.holds(id, entryJSON)
 	if cfg != nil && !held {
 		if other, ok := cfg.owner(id); ok && other != (types.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()}) {
-			// BuildConfig keeps the first policy of an id that two policies share.
+			// buildConfig keeps the first policy of an id that two policies share.
 			msg := fmt.Sprintf("the id %s is already used by another policy (%s) on PolicyServer %q", id, other, psName)
 			r.setStage(p, v1.PolicyStatusScheduled, ReasonInvalidPolicy, msg, v1.ModeUnknown)
 			r.setUnknownVersion(p, "the policy is not in the policy server's configuration")

@@ -788,7 +788,7 @@ func containsString(ss []string, s string) bool {
 	return false
 }
 
-// The entries BuildPolicyEntry gives are found in the policies.yml BuildConfig writes.
+// The entries BuildPolicyEntry gives are found in the policies.yml buildConfig writes.
 func TestConfigHoldsBuiltEntries(t *testing.T) {
 	ps := policyServer("default")
 	c := cap1("settings")
@@ -805,7 +805,7 @@ func TestConfigHoldsBuiltEntries(t *testing.T) {
 	}
 	policies := []v1.Policy{c, ap, g}
 	o := Options{Namespace: testNS}
-	yml, skipped := BuildConfig(policies, ps, o)
+	yml, skipped := buildConfig(policies, ps, o, BuildPolicyEntry)
 	if len(skipped) != 0 {
 		t.Fatalf("skipped %v", skipped)
 	}
@@ -944,7 +944,7 @@ func BenchmarkReconcileActive(b *testing.B) {
 	ps := policyServer("default")
 	e := newEnv(b, ps, p)
 	o, _ := Options{Namespace: testNS}.withDefaults()
-	yml, _ := BuildConfig([]v1.Policy{p}, ps, o)
+	yml, _ := buildConfig([]v1.Policy{p}, ps, o, BuildPolicyEntry)
 	if err := e.c.Create(e.ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: PolicyServerObjectName("default"), Labels: map[string]string{v1.PolicyServerLabel: "default"},
 			Annotations: map[string]string{v1.ConfigDigestAnnotation: ConfigDigest(yml)}},

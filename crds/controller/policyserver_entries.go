@@ -25,7 +25,7 @@ type cachedEntry struct {
 	err           error
 }
 
-// buildConfig is BuildConfig through the cache.
+// buildConfig is the package-level buildConfig through the cache.
 func (c *entryCache) buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options) ([]byte, map[string]error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -27,7 +27,7 @@ func TestEntryCache(t *testing.T) {
 	same := func(what string) {
 		t.Helper()
 		got, _ := c.buildConfig(pols, ps, Options{})
-		want, _ := BuildConfig(pols, ps, Options{})
+		want, _ := buildConfig(pols, ps, Options{}, BuildPolicyEntry)
 		if string(got) != string(want) {
 			t.Fatalf("%s: cached build differs:\n%s\nwant\n%s", what, got, want)
 		}

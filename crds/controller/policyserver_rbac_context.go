@@ -48,7 +48,7 @@ type contextAccess struct {
 type resourceKind struct{ apiVersion, kind string }
 
 // contextAccessOf reads the contextAwareResources and hostCapabilities of every entry and group
-// member of a policies.yml (the JSON BuildConfig writes).
+// member of a policies.yml (the JSON buildConfig writes).
 func contextAccessOf(policiesYML []byte) (contextAccess, error) {
 	type entry struct {
 		ContextAwareResources []struct{ APIVersion, Kind string } `json:"contextAwareResources"`
