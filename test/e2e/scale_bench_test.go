@@ -88,8 +88,9 @@ func BenchmarkOperatorScale(b *testing.B) {
 	}
 }
 
-// fleet is a controller in its own namespace, with the kubelet emulator and the garbage collector
-// for that namespace, and a controller process the scenario can restart.
+// fleet is a `tollgate controller` process for its own namespace, which the scenario can restart;
+// its PolicyServers are real pods on the node (kube-controller-manager's garbage collector removes
+// what they owned).
 type fleet struct {
 	tb      testing.TB
 	ns      string
@@ -105,8 +106,8 @@ type fleet struct {
 	serversReady time.Time
 }
 
-// startFleet starts the controller for namespace ns, the kubelet emulator and the garbage
-// collector; tb's cleanup stops them (with the controller's log when tb failed).
+// startFleet pushes the example policies, starts the controller for namespace ns; tb's cleanup
+// stops it (with the controller's log when tb failed).
 func startFleet(tb testing.TB, ctx context.Context, ns string) *fleet {
 	tb.Helper()
 	c := env.cluster
