@@ -3,6 +3,7 @@
 // The Helm chart carries the same files (charts/tollgate/crds), and tests install them into a
 // real kube-apiserver.
 //
-// Subpackages: api/v1 holds the types, controller the reconcilers behind `tollgate controller`.
-// This package itself only serves the generated YAML: it must not know how it is reconciled.
+// Subpackage api/v1 holds the types; the reconcilers behind `tollgate controller` live in
+// internal/operator. This package itself only serves the generated YAML: it must not know how
+// it is reconciled.
 package crds

@@ -14,13 +14,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tollgate-dev/tollgate/crds/controller"
 	"github.com/tollgate-dev/tollgate/host/config"
+	"github.com/tollgate-dev/tollgate/internal/operator"
 )
 
 // controllerFlags are the flags of `tollgate controller`.
 type controllerFlags struct {
-	o              controller.Options
+	o              operator.Options
 	logLevel       string
 	logFmt         string
 	alwaysAcceptNS bool
@@ -78,7 +78,7 @@ func (f *controllerFlags) addFlags(fs *pflag.FlagSet) {
 
 // options checks the flags and returns the controller's options; every error names the flag
 // and its value.
-func (f *controllerFlags) options(stderr io.Writer) (controller.Options, error) {
+func (f *controllerFlags) options(stderr io.Writer) (operator.Options, error) {
 	o := f.o
 	o.AlwaysAcceptAdmissionReviewsOnNamespace = f.alwaysAcceptNS
 	if o.Namespace == "" {
@@ -120,5 +120,5 @@ func runController(cmd *cobra.Command, f *controllerFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return controller.Run(ctx, o)
+	return operator.Run(ctx, o)
 }

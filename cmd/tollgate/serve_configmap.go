@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/tollgate-dev/tollgate/crds/controller"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/server"
 	"github.com/tollgate-dev/tollgate/internal/kubeclient"
+	"github.com/tollgate-dev/tollgate/internal/operator"
 )
 
 // configMapResync re-delivers the cached ConfigMap (an unchanged content reloads nothing); the
@@ -69,7 +69,7 @@ func withPoliciesConfigMap(cmd *cobra.Command, so *server.Options, opts config.O
 	if err != nil {
 		return fmt.Errorf("--policies-configmap: %w", err)
 	}
-	what := "configmap " + ref + " " + controller.PoliciesKey
+	what := "configmap " + ref + " " + operator.PoliciesKey
 	so.API = configMapSource(cs, ns, name, logger.With("configmap", ref))
 	so.ParseAPI = func(b []byte) (*config.Config, error) {
 		pols, warns, err := config.ParsePolicies(what, b)
@@ -104,9 +104,9 @@ func configMapSource(cs kubernetes.Interface, ns, name string, logger *slog.Logg
 			if !ok || cm.Name != name {
 				return
 			}
-			v, ok := cm.Data[controller.PoliciesKey]
+			v, ok := cm.Data[operator.PoliciesKey]
 			if !ok {
-				logger.Warn("the ConfigMap has no " + controller.PoliciesKey + "; the last content keeps serving")
+				logger.Warn("the ConfigMap has no " + operator.PoliciesKey + "; the last content keeps serving")
 				return
 			}
 			sink.Update([]byte(v))

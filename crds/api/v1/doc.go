@@ -8,7 +8,7 @@
 // validating webhooks Kubewarden runs, so these CRDs need no webhook. `make crds` generates the
 // manifests in crds/ from these types.
 //
-// This package must not know how the resources are reconciled (crds/controller) nor anything of
+// This package must not know how the resources are reconciled (internal/operator) nor anything of
 // the policy host: it is plain data, importable by clients.
 //
 // +kubebuilder:object:generate=true
