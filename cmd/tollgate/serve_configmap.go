@@ -16,10 +16,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/server"
 	"github.com/tollgate-dev/tollgate/internal/kubeclient"
-	"github.com/tollgate-dev/tollgate/internal/operator"
 )
 
 // configMapResync re-delivers the cached ConfigMap (an unchanged content reloads nothing); the
@@ -69,7 +69,7 @@ func withPoliciesConfigMap(cmd *cobra.Command, so *server.Options, opts config.O
 	if err != nil {
 		return fmt.Errorf("--policies-configmap: %w", err)
 	}
-	what := "configmap " + ref + " " + operator.PoliciesKey
+	what := "configmap " + ref + " " + v1.PoliciesKey
 	so.API = configMapSource(cs, ns, name, logger.With("configmap", ref))
 	so.ParseAPI = func(b []byte) (*config.Config, error) {
 		pols, warns, err := config.ParsePolicies(what, b)
@@ -104,9 +104,9 @@ func configMapSource(cs kubernetes.Interface, ns, name string, logger *slog.Logg
 			if !ok || cm.Name != name {
 				return
 			}
-			v, ok := cm.Data[operator.PoliciesKey]
+			v, ok := cm.Data[v1.PoliciesKey]
 			if !ok {
-				logger.Warn("the ConfigMap has no " + operator.PoliciesKey + "; the last content keeps serving")
+				logger.Warn("the ConfigMap has no " + v1.PoliciesKey + "; the last content keeps serving")
 				return
 			}
 			sink.Update([]byte(v))

@@ -114,7 +114,7 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 	if err != nil {
 		return id, nil, fmt.Errorf("%w: %s %s: %v", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), err)
 	}
-	if _, _, err := config.ParsePolicies(PoliciesKey, doc); err != nil {
+	if _, _, err := config.ParsePolicies(v1.PoliciesKey, doc); err != nil {
 		return id, nil, fmt.Errorf("%w: %s %s: %s", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), configErrorMessage(err, fieldErrorMessage))
 	}
 	return id, entry, nil
@@ -309,7 +309,7 @@ func BuildSources(ps *v1.PolicyServer) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSources, err)
 	}
-	if _, err := config.ParseSources(SourcesKey, b); err != nil {
+	if _, err := config.ParseSources(v1.SourcesKey, b); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrSources, configErrorMessage(err, sourcesMessage))
 	}
 	return append(b, '\n'), nil

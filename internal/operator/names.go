@@ -8,9 +8,6 @@ const (
 	ServicePortWebhook = "policy-server"
 	// ServicePortReadiness names the Service port of the probe endpoints, /metrics and /policies.
 	ServicePortReadiness = "readiness"
-	// PoliciesKey and SourcesKey are the ConfigMap keys the policy server reads.
-	PoliciesKey = "policies.yml"
-	SourcesKey  = "sources.yml"
 	// ConfigMountPath, CertMountPath and CacheMountPath are where the Deployment mounts the
 	// ConfigMap, the certificate Secret and the compilation cache.
 	ConfigMountPath = "/config"

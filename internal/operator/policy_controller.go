@@ -735,7 +735,7 @@ func (r *policyReconciler) config(ctx context.Context, ps string) (*parsedConfig
 	if ok && c.resourceVersion == cm.ResourceVersion && cm.ResourceVersion != "" {
 		return &c, nil
 	}
-	data := []byte(cm.Data[PoliciesKey])
+	data := []byte(cm.Data[v1.PoliciesKey])
 	c = parsedConfig{resourceVersion: cm.ResourceVersion, digest: cm.Annotations[v1.ConfigDigestAnnotation]}
 	if c.digest == "" {
 		c.digest = status.Digest(data)

@@ -232,7 +232,7 @@ func (e *env) writeConfig(ps string, policies ...v1.Policy) string {
 	err := e.c.Get(e.ctx, client.ObjectKeyFromObject(cm), cm)
 	cm.Labels = map[string]string{v1.PolicyServerLabel: ps}
 	cm.Annotations = map[string]string{v1.ConfigDigestAnnotation: digest}
-	cm.Data = map[string]string{PoliciesKey: string(b)}
+	cm.Data = map[string]string{v1.PoliciesKey: string(b)}
 	if apierrors.IsNotFound(err) {
 		err = e.c.Create(e.ctx, cm)
 	} else if err == nil {
@@ -812,7 +812,7 @@ func TestConfigHoldsBuiltEntries(t *testing.T) {
 	e := newEnv(t, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: PolicyServerObjectName("default"), ResourceVersion: "7",
 			Annotations: map[string]string{v1.ConfigDigestAnnotation: ConfigDigest(yml)}},
-		Data: map[string]string{PoliciesKey: string(yml)},
+		Data: map[string]string{v1.PoliciesKey: string(yml)},
 	})
 	cfg, err := e.rs["ClusterAdmissionPolicy"].config(e.ctx, "default")
 	if err != nil || cfg == nil || cfg.digest != ConfigDigest(yml) {
@@ -948,7 +948,7 @@ func BenchmarkReconcileActive(b *testing.B) {
 	if err := e.c.Create(e.ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: PolicyServerObjectName("default"), Labels: map[string]string{v1.PolicyServerLabel: "default"},
 			Annotations: map[string]string{v1.ConfigDigestAnnotation: ConfigDigest(yml)}},
-		Data: map[string]string{PoliciesKey: string(yml)},
+		Data: map[string]string{v1.PoliciesKey: string(yml)},
 	}); err != nil {
 		b.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func (r *PolicyServerReconciler) desiredConfigMap(ps *v1.PolicyServer, policies 
 	cfg := serverConfig{digest: ConfigDigest(yml), policies: len(policies) - len(skipped), skipped: skipped, policiesYML: yml}
 	cm := &corev1.ConfigMap{ObjectMeta: r.objectMeta(ps)}
 	cm.Annotations = map[string]string{v1.ConfigDigestAnnotation: cfg.digest}
-	cm.Data = map[string]string{PoliciesKey: string(yml), SourcesKey: string(sources)}
+	cm.Data = map[string]string{v1.PoliciesKey: string(yml), v1.SourcesKey: string(sources)}
 	return cm, cfg, nil
 }
 

@@ -174,7 +174,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 
 	// The ConfigMap: policies.yml of this server's policies, its digest, sources.yml.
 	cm := e.get(&corev1.ConfigMap{}, "policy-server-default").(*corev1.ConfigMap)
-	yml := []byte(cm.Data[PoliciesKey])
+	yml := []byte(cm.Data[v1.PoliciesKey])
 	if d := status.Digest(yml); cm.Annotations[v1.ConfigDigestAnnotation] != d || ps.Status.ConfigDigest != d {
 		t.Errorf("digest: annotation %q, status %q, want %q", cm.Annotations[v1.ConfigDigestAnnotation], ps.Status.ConfigDigest, d)
 	}
@@ -182,7 +182,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 	if err != nil || len(pols) != 2 || pols[0].ID != "clusterwide-a" || pols[1].ID != "namespaced-team-c" {
 		t.Errorf("policies.yml: %v %+v", err, pols)
 	}
-	if _, err := config.ParseSources("sources.yml", []byte(cm.Data[SourcesKey])); err != nil {
+	if _, err := config.ParseSources("sources.yml", []byte(cm.Data[v1.SourcesKey])); err != nil {
 		t.Error(err)
 	}
 	checkOwned(t, cm, "default")
@@ -232,7 +232,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 		t.Fatalf("policy change: err %v, writes %v, want %v", err, writes, want)
 	}
 	cm2 := e.get(&corev1.ConfigMap{}, "policy-server-default").(*corev1.ConfigMap)
-	if !strings.Contains(cm2.Data[PoliciesKey], `"x": 2`) || cm2.Annotations[v1.ConfigDigestAnnotation] == cm.Annotations[v1.ConfigDigestAnnotation] {
+	if !strings.Contains(cm2.Data[v1.PoliciesKey], `"x": 2`) || cm2.Annotations[v1.ConfigDigestAnnotation] == cm.Annotations[v1.ConfigDigestAnnotation] {
 		t.Error("ConfigMap not updated")
 	}
 	dep2 := e.get(&appsv1.Deployment{}, "policy-server-default").(*appsv1.Deployment)
@@ -478,8 +478,8 @@ func TestPolicyServerBadObjects(t *testing.T) {
 		t.Errorf("ConfigMapReconciled = %+v, policies %d", c, got.Status.Policies)
 	}
 	cm := e.get(&corev1.ConfigMap{}, "policy-server-default").(*corev1.ConfigMap)
-	if strings.Contains(cm.Data[PoliciesKey], "group-g") || !strings.Contains(cm.Data[PoliciesKey], "clusterwide-good") {
-		t.Errorf("policies.yml:\n%s", cm.Data[PoliciesKey])
+	if strings.Contains(cm.Data[v1.PoliciesKey], "group-g") || !strings.Contains(cm.Data[v1.PoliciesKey], "clusterwide-good") {
+		t.Errorf("policies.yml:\n%s", cm.Data[v1.PoliciesKey])
 	}
 	if ev := e.events(); !slices.ContainsFunc(ev, func(s string) bool {
 		return strings.HasPrefix(s, "Warning PolicyLeftOut clusterwide-group-g") && strings.Contains(s, `spec.expression: value "a() &&"`)

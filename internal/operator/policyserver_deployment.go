@@ -41,9 +41,9 @@ func ServerArgs(ps *v1.PolicyServer, o Options) []string {
 	webhook, readiness := serverPorts(ps)
 	args := []string{
 		"serve",
-		"--policies=" + ConfigMountPath + "/" + PoliciesKey,
+		"--policies=" + ConfigMountPath + "/" + v1.PoliciesKey,
 		"--policies-configmap=" + o.Namespace + "/" + PolicyServerObjectName(ps.Name),
-		"--sources-path=" + ConfigMountPath + "/" + SourcesKey,
+		"--sources-path=" + ConfigMountPath + "/" + v1.SourcesKey,
 		"--cert-file=" + CertMountPath + "/" + TLSCertKey,
 		"--key-file=" + CertMountPath + "/" + TLSKeyKey,
 		"--port=" + strconv.Itoa(int(webhook)),

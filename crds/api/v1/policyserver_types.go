@@ -185,6 +185,14 @@ const (
 	PartOfLabelValue                 = "tollgate"
 )
 
+// PoliciesKey and SourcesKey are the keys of a PolicyServer's ConfigMap: the policies.yml and
+// sources.yml that `tollgate serve` reads, mounted as files or watched through the API
+// (--policies-configmap).
+const (
+	PoliciesKey = "policies.yml"
+	SourcesKey  = "sources.yml"
+)
+
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=ps
