@@ -319,57 +319,84 @@ func (r *policyReconciler) writeStatus(ctx context.Context, p v1.Policy, before 
 }
 
 // reconcileStage finds the policy's stage, registers or removes its webhook accordingly and
-// sets its status in place.
+// sets its status in place. The stages run in order; each either settles the policy (done:
+// its status is set and the result says when to look again) or hands on what the next needs.
 func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id string, before *v1.PolicyStatus) (reconcile.Result, error) {
-	st := p.PolicyStatus()
-	st.ObservedGeneration = p.GetGeneration()
+	p.PolicyStatus().ObservedGeneration = p.GetGeneration()
 	psName := policyServerName(p)
 
+	ps, done, err := r.stageScheduled(ctx, p, id, psName)
+	if done || err != nil {
+		return reconcile.Result{}, err
+	}
+	entryDigest, cfg, done, err := r.stageConfigured(ctx, p, id, psName, ps, before)
+	if done || err != nil {
+		return reconcile.Result{}, err
+	}
+	v, res, done, err := r.stageServed(ctx, p, id, psName, cfg, entryDigest, before)
+	if done || err != nil {
+		return res, err
+	}
+	return r.stageActive(ctx, p, id, psName, entryDigest, v, before)
+}
+
+// stageScheduled gets the policy's PolicyServer. Without one, or while it is being deleted,
+// nothing would answer a webhook: the policy's webhooks go and the policy is Unscheduled
+// (no server) or Scheduled (server deleting), done.
+func (r *policyReconciler) stageScheduled(ctx context.Context, p v1.Policy, id, psName string) (*v1.PolicyServer, bool, error) {
 	var ps v1.PolicyServer
 	if err := r.Get(ctx, client.ObjectKey{Name: psName}, &ps); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, err
+			return nil, false, err
 		}
 		// Nothing would answer a webhook: none.
 		if _, err := deleteWebhooks(ctx, r.Client, p, id, nil); err != nil {
-			return reconcile.Result{}, err
+			return nil, false, err
 		}
 		r.setStage(p, v1.PolicyStatusUnscheduled, ReasonPolicyServerNotFound,
 			fmt.Sprintf("no PolicyServer named %q", psName), v1.ModeUnknown)
 		r.setUnknownVersion(p, fmt.Sprintf("no PolicyServer named %q", psName))
-		return reconcile.Result{}, nil
+		return nil, true, nil
 	}
 	if !ps.DeletionTimestamp.IsZero() {
 		if _, err := deleteWebhooks(ctx, r.Client, p, id, nil); err != nil {
-			return reconcile.Result{}, err
+			return nil, false, err
 		}
 		r.setStage(p, v1.PolicyStatusScheduled, ReasonPolicyServerDeleting,
 			fmt.Sprintf("PolicyServer %q is being deleted", psName), v1.ModeUnknown)
 		r.setUnknownVersion(p, fmt.Sprintf("PolicyServer %q is being deleted", psName))
-		return reconcile.Result{}, nil
+		return nil, true, nil
 	}
+	return &ps, false, nil
+}
 
-	_, entry, err := r.build(p, &ps, r.o)
+// stageConfigured builds the policy's entry in the server's policies.yml and checks that the
+// server's ConfigMap holds it. It returns the entry's digest and the parsed configuration;
+// a policy the configuration leaves out (invalid, or its id taken by another policy) is
+// Scheduled with InvalidPolicy, and one the ConfigMap does not hold yet Scheduled with
+// ConfigurationPending, done.
+func (r *policyReconciler) stageConfigured(ctx context.Context, p v1.Policy, id, psName string, ps *v1.PolicyServer, before *v1.PolicyStatus) (string, *parsedConfig, bool, error) {
+	_, entry, err := r.build(p, ps, r.o)
 	if err != nil {
 		// The server's configuration leaves the policy out: its webhook would call a policy
 		// the server does not have.
 		if _, derr := deleteWebhooks(ctx, r.Client, p, id, nil); derr != nil {
-			return reconcile.Result{}, derr
+			return "", nil, false, derr
 		}
 		r.setStage(p, v1.PolicyStatusScheduled, ReasonInvalidPolicy, err.Error(), v1.ModeUnknown)
 		r.setUnknownVersion(p, "the policy is not in the policy server's configuration")
 		r.warnOnChange(p, before, ReasonInvalidPolicy)
-		return reconcile.Result{}, nil
+		return "", nil, true, nil
 	}
 	entryJSON, err := json.Marshal(entry)
 	if err != nil {
-		return reconcile.Result{}, fmt.Errorf("policy %s: encoding its entry: %w", id, err)
+		return "", nil, false, fmt.Errorf("policy %s: encoding its entry: %w", id, err)
 	}
 	entryDigest := status.Digest(entryJSON)
 
 	cfg, err := r.config(ctx, psName)
 	if err != nil {
-		return reconcile.Result{}, err
+		return "", nil, false, err
 	}
 	held := cfg != nil && cfg.holds(id, entryJSON)
 	if cfg != nil && !held {
@@ -379,7 +406,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 			r.setStage(p, v1.PolicyStatusScheduled, ReasonInvalidPolicy, msg, v1.ModeUnknown)
 			r.setUnknownVersion(p, "the policy is not in the policy server's configuration")
 			r.warnOnChange(p, before, ReasonInvalidPolicy)
-			return reconcile.Result{}, nil
+			return "", nil, true, nil
 		}
 	}
 	if !held {
@@ -388,19 +415,26 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 			what = "holds an older version of the policy"
 		}
 		// The replicas still serve the previous version, if any: the mode stays what it was.
-		mode := st.Mode
+		mode := p.PolicyStatus().Mode
 		if mode == "" {
 			mode = v1.ModeUnknown
 		}
 		r.setStage(p, v1.PolicyStatusScheduled, ReasonConfigurationPending,
 			fmt.Sprintf("the ConfigMap %s/%s of PolicyServer %q %s", r.o.Namespace, PolicyServerObjectName(psName), psName, what), mode)
 		r.setUnknownVersion(p, "the policy server's configuration does not hold this version of the policy yet")
-		return reconcile.Result{}, nil
+		return "", nil, true, nil
 	}
+	return entryDigest, cfg, false, nil
+}
 
+// stageServed asks the server's replicas (GET /policies) whether they serve the policy's
+// current version and sets the version conditions. Until every replica does, the policy is
+// Pending (unreachable replicas, a failed load, still loading) and polled, done; a failed load
+// without an older version still served removes the webhook.
+func (r *policyReconciler) stageServed(ctx context.Context, p v1.Policy, id, psName string, cfg *parsedConfig, entryDigest string, before *v1.PolicyStatus) (verdict, reconcile.Result, bool, error) {
 	existing, err := getWebhook(ctx, r.Client, p, id)
 	if err != nil {
-		return reconcile.Result{}, err
+		return verdict{}, reconcile.Result{}, false, err
 	}
 	// A policy whose entry did not change since its webhook was written stays active while
 	// the replicas catch up with changes to other policies of the server.
@@ -408,10 +442,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 
 	v := evaluate(r.statuses.Get(ctx, psName), cfg.digest, id, wasActive)
 	r.setVersionConditions(p, v)
-	mode := v1.ModeUnknown
-	if v.mode != "" {
-		mode = v1.PolicyModeStatus(v.mode)
-	}
+	mode := v.policyMode()
 	poll := reconcile.Result{RequeueAfter: r.o.StatusPollInterval}
 	slowPoll := reconcile.Result{RequeueAfter: slowPollFactor * r.o.StatusPollInterval}
 
@@ -423,22 +454,31 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 			reason, poll = ReasonNoReadyEndpoints, slowPoll
 		}
 		r.setStage(p, v1.PolicyStatusPending, reason, v.err.Error(), mode)
-		return poll, nil
+		return v, poll, true, nil
 	case v.loadErr != "":
 		if !v.stale {
 			// Nothing serves the policy: a webhook would only fail requests.
 			if _, err := deleteWebhooks(ctx, r.Client, p, id, nil); err != nil {
-				return reconcile.Result{}, err
+				return v, reconcile.Result{}, false, err
 			}
 		}
 		r.setStage(p, v1.PolicyStatusPending, ReasonPolicyLoadFailed, v.loadErr, mode)
 		r.warnOnChange(p, before, ReasonPolicyLoadFailed)
-		return slowPoll, nil
+		return v, slowPoll, true, nil
 	case !v.served:
 		r.setStage(p, v1.PolicyStatusPending, ReasonPolicyLoading, v.waiting, mode)
-		return poll, nil
+		return v, poll, true, nil
 	}
+	return v, reconcile.Result{}, false, nil
+}
 
+// stageActive registers the webhook of a policy every replica serves (and removes the
+// configuration of the other kind after a flip of mutating): the policy is Active. An
+// apiserver that refuses the webhook, or a foreign configuration of the same name, leaves it
+// Pending with WebhookRejected.
+func (r *policyReconciler) stageActive(ctx context.Context, p v1.Policy, id, psName, entryDigest string, v verdict, before *v1.PolicyStatus) (reconcile.Result, error) {
+	mode := v.policyMode()
+	slowPoll := reconcile.Result{RequeueAfter: slowPollFactor * r.o.StatusPollInterval}
 	ca, err := r.certs.CABundle(ctx)
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("policy %s: CA bundle: %w", id, err)
@@ -460,7 +500,7 @@ func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id s
 	if _, err := deleteWebhooks(ctx, r.Client, p, id, desired); err != nil {
 		return reconcile.Result{}, err
 	}
-	wasActiveStage := st.PolicyStatus == v1.PolicyStatusActive
+	wasActiveStage := p.PolicyStatus().PolicyStatus == v1.PolicyStatusActive
 	r.setStage(p, v1.PolicyStatusActive, ReasonPolicyActive,
 		fmt.Sprintf("served by %d replica(s) of PolicyServer %q; webhook registered", v.replicas, psName), mode)
 	if !wasActiveStage {
@@ -570,6 +610,15 @@ type verdict struct {
 	refused string
 	// mode the policy is served in, "" when no replica serves it.
 	mode string
+}
+
+// policyMode is the mode the policy's status shows: the replicas' mode, unknown when no
+// replica serves the policy.
+func (v verdict) policyMode() v1.PolicyModeStatus {
+	if v.mode == "" {
+		return v1.ModeUnknown
+	}
+	return v1.PolicyModeStatus(v.mode)
 }
 
 // evaluate reads the replicas' answers. A replica serves the policy when it serves the
