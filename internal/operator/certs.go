@@ -3,18 +3,10 @@ package operator
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"sync"
 	"time"
 
@@ -25,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/internal/pki"
 )
 
 // CACreatedAnnotation on the CA Secret records when the CA in ca.crt was made (RFC 3339): it
@@ -77,9 +70,7 @@ func (c *CertManager) IsCASecret(obj client.Object) bool {
 
 // authority is a parsed CA Secret.
 type authority struct {
-	cert    *x509.Certificate
-	certPEM []byte
-	key     crypto.Signer
+	pki.CA
 	old     *x509.Certificate // nil when none
 	oldPEM  []byte
 	created time.Time
@@ -92,7 +83,7 @@ func (c *CertManager) CABundle(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := append([]byte(nil), ca.certPEM...)
+	b := append([]byte(nil), ca.CertPEM...)
 	if ca.old != nil && c.now().Before(ca.old.NotAfter) {
 		b = append(b, ca.oldPEM...)
 	}
@@ -142,7 +133,7 @@ func (c *CertManager) ensure(ctx context.Context) (*authority, bool, error) {
 		if err := c.c.Create(ctx, sec); err != nil {
 			return nil, false, fmt.Errorf("%w %s/%s: create: %w", ErrCA, c.o.Namespace, c.o.CASecret, err)
 		}
-		c.o.Logger.Info("CA created", "secret", c.o.CASecret, "namespace", c.o.Namespace, "notAfter", ca.cert.NotAfter)
+		c.o.Logger.Info("CA created", "secret", c.o.CASecret, "namespace", c.o.Namespace, "notAfter", ca.Cert.NotAfter)
 		return ca, true, nil
 	case err != nil:
 		return nil, false, fmt.Errorf("%w %s/%s: %w", ErrCA, c.o.Namespace, c.o.CASecret, err)
@@ -152,8 +143,8 @@ func (c *CertManager) ensure(ctx context.Context) (*authority, bool, error) {
 	switch {
 	case perr != nil:
 		reason = perr.Error()
-	case !now.Add(c.o.RenewBefore).Before(ca.cert.NotAfter):
-		reason = fmt.Sprintf("the CA expires at %s, within %s", ca.cert.NotAfter.UTC().Format(time.RFC3339), c.o.RenewBefore)
+	case !now.Add(c.o.RenewBefore).Before(ca.Cert.NotAfter):
+		reason = fmt.Sprintf("the CA expires at %s, within %s", ca.Cert.NotAfter.UTC().Format(time.RFC3339), c.o.RenewBefore)
 	case ca.old != nil && !now.Before(ca.old.NotAfter):
 		// The old CA expired: no certificate it signed is valid any more.
 		upd := sec.DeepCopy()
@@ -167,7 +158,7 @@ func (c *CertManager) ensure(ctx context.Context) (*authority, bool, error) {
 		return ca, false, nil
 	}
 	var prev *authority
-	if perr == nil && now.Before(ca.cert.NotAfter) {
+	if perr == nil && now.Before(ca.Cert.NotAfter) {
 		prev = ca
 	}
 	nca, data, err := c.newAuthority(prev)
@@ -187,7 +178,7 @@ func (c *CertManager) ensure(ctx context.Context) (*authority, bool, error) {
 	if err := c.c.Update(ctx, upd); err != nil {
 		return nil, false, fmt.Errorf("%w %s/%s: renewing the CA: %w", ErrCA, c.o.Namespace, c.o.CASecret, err)
 	}
-	c.o.Logger.Info("CA renewed", "secret", c.o.CASecret, "namespace", c.o.Namespace, "reason", reason, "notAfter", nca.cert.NotAfter)
+	c.o.Logger.Info("CA renewed", "secret", c.o.CASecret, "namespace", c.o.Namespace, "reason", reason, "notAfter", nca.Cert.NotAfter)
 	return nca, true, nil
 }
 
@@ -195,35 +186,20 @@ func (c *CertManager) ensure(ctx context.Context) (*authority, bool, error) {
 // certificate as the old CA.
 func (c *CertManager) newAuthority(prev *authority) (*authority, map[string][]byte, error) {
 	now := c.now()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          certSerial(),
-		Subject:               pkix.Name{CommonName: "tollgate-ca", Organization: []string{"tollgate"}},
-		NotBefore:             now.Add(-certSkew),
-		NotAfter:              now.Add(c.o.CAValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-		SubjectKeyId:          certKeyID(&key.PublicKey),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	nca, err := pki.NewCA(pki.Template{CommonName: "tollgate-ca", Organizations: []string{"tollgate"},
+		NotBefore: now.Add(-certSkew), NotAfter: now.Add(c.o.CAValidity)})
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: creating a CA: %w", ErrCA, err)
 	}
-	cert, _ := x509.ParseCertificate(der)
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	keyPEM, err := nca.KeyPEM(pki.PKCS8)
 	if err != nil {
 		return nil, nil, err
 	}
-	ca := &authority{cert: cert, certPEM: pemEncode("CERTIFICATE", der), key: key, created: now}
-	data := map[string][]byte{CAKey: ca.certPEM, CAPrivateKey: pemEncode("PRIVATE KEY", keyDER)}
+	ca := &authority{CA: *nca, created: now}
+	data := map[string][]byte{CAKey: ca.CertPEM, CAPrivateKey: keyPEM}
 	if prev != nil {
-		ca.old, ca.oldPEM = prev.cert, prev.certPEM
-		data[OldCAKey] = prev.certPEM
+		ca.old, ca.oldPEM = prev.Cert, prev.CertPEM
+		data[OldCAKey] = prev.CertPEM
 	}
 	return ca, data, nil
 }
@@ -231,24 +207,24 @@ func (c *CertManager) newAuthority(prev *authority) (*authority, map[string][]by
 func parseAuthority(sec *corev1.Secret) (*authority, error) {
 	ca := &authority{}
 	var err error
-	if ca.cert, ca.certPEM, err = parseCertPEM(sec.Data[CAKey]); err != nil {
+	if ca.Cert, ca.CertPEM, err = pki.ParseCertPEM(sec.Data[CAKey]); err != nil {
 		return nil, fmt.Errorf("%s: %w", CAKey, err)
 	}
-	if !ca.cert.IsCA {
+	if !ca.Cert.IsCA {
 		return nil, fmt.Errorf("%s: not a CA certificate", CAKey)
 	}
-	if ca.key, err = parseKeyPEM(sec.Data[CAPrivateKey]); err != nil {
+	if ca.Key, err = pki.ParseKeyPEM(sec.Data[CAPrivateKey]); err != nil {
 		return nil, fmt.Errorf("%s: %w", CAPrivateKey, err)
 	}
-	if !publicKeysEqual(ca.key.Public(), ca.cert.PublicKey) {
+	if !pki.PublicKeysEqual(ca.Key.Public(), ca.Cert.PublicKey) {
 		return nil, fmt.Errorf("%s does not match %s", CAPrivateKey, CAKey)
 	}
 	if len(bytes.TrimSpace(sec.Data[OldCAKey])) > 0 {
-		if ca.old, ca.oldPEM, err = parseCertPEM(sec.Data[OldCAKey]); err != nil {
+		if ca.old, ca.oldPEM, err = pki.ParseCertPEM(sec.Data[OldCAKey]); err != nil {
 			ca.old, ca.oldPEM = nil, nil // an unreadable old CA trusts nothing: ignore it
 		}
 	}
-	ca.created = ca.cert.NotBefore.Add(certSkew)
+	ca.created = ca.Cert.NotBefore.Add(certSkew)
 	if t, err := time.Parse(time.RFC3339Nano, sec.Annotations[CACreatedAnnotation]); err == nil {
 		ca.created = t
 	}
@@ -270,7 +246,7 @@ func (c *CertManager) ServerCert(ctx context.Context, ps string, crt, key []byte
 	caReady := ca.old == nil || !now.Before(ca.created.Add(c.o.CAPropagationDelay))
 	if leaf, ok := validPair(crt, key, host, now); ok {
 		renewAt := leaf.NotAfter.Add(-c.o.RenewBefore)
-		byCurrent := leaf.CheckSignatureFrom(ca.cert) == nil
+		byCurrent := leaf.CheckSignatureFrom(ca.Cert) == nil
 		switch {
 		case byCurrent && now.Before(renewAt):
 			return crt, key, false, renewAt.Sub(now), nil
@@ -312,88 +288,13 @@ func validPair(crt, key []byte, host string, now time.Time) (*x509.Certificate, 
 // CertValidity but not past the CA's own expiry.
 func (c *CertManager) issue(ca *authority, host string) (crtPEM, keyPEM []byte, leaf *x509.Certificate, err error) {
 	now := c.now()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	notAfter := now.Add(c.o.CertValidity)
-	if notAfter.After(ca.cert.NotAfter) {
-		notAfter = ca.cert.NotAfter
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:   certSerial(),
-		Subject:        pkix.Name{CommonName: host},
-		DNSNames:       []string{host},
-		NotBefore:      now.Add(-certSkew),
-		NotAfter:       notAfter,
-		KeyUsage:       x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:    []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		SubjectKeyId:   certKeyID(&key.PublicKey),
-		AuthorityKeyId: ca.cert.SubjectKeyId,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	crt, err := ca.Issue(pki.Template{CommonName: host, Hosts: []string{host}, Usage: pki.ServerAuth,
+		NotBefore: now.Add(-certSkew), NotAfter: now.Add(c.o.CertValidity)})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("issuing a certificate for %s: %w", host, err)
 	}
-	leaf, _ = x509.ParseCertificate(der)
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
+	if keyPEM, err = crt.KeyPEM(pki.PKCS8); err != nil {
 		return nil, nil, nil, err
 	}
-	return pemEncode("CERTIFICATE", der), pemEncode("PRIVATE KEY", keyDER), leaf, nil
-}
-
-func pemEncode(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-}
-
-func parseCertPEM(b []byte) (*x509.Certificate, []byte, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil || blk.Type != "CERTIFICATE" {
-		return nil, nil, errors.New("no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(blk.Bytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cert, pem.EncodeToMemory(blk), nil
-}
-
-func parseKeyPEM(b []byte) (crypto.Signer, error) {
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, errors.New("no PEM key")
-	}
-	if k, err := x509.ParsePKCS8PrivateKey(blk.Bytes); err == nil {
-		if s, ok := k.(crypto.Signer); ok {
-			return s, nil
-		}
-		return nil, errors.New("unsupported key type")
-	}
-	if k, err := x509.ParseECPrivateKey(blk.Bytes); err == nil {
-		return k, nil
-	}
-	if k, err := x509.ParsePKCS1PrivateKey(blk.Bytes); err == nil {
-		return k, nil
-	}
-	return nil, errors.New("unsupported private key encoding")
-}
-
-func publicKeysEqual(a, b crypto.PublicKey) bool {
-	e, ok := a.(interface{ Equal(crypto.PublicKey) bool })
-	return ok && e.Equal(b)
-}
-
-func certSerial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
-func certKeyID(pub *ecdsa.PublicKey) []byte {
-	der, _ := x509.MarshalPKIXPublicKey(pub)
-	sum := sha1.Sum(der)
-	return sum[:]
+	return crt.CertPEM, keyPEM, crt.Cert, nil
 }
