@@ -3,18 +3,11 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,6 +15,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/tollgate-dev/tollgate/internal/pki"
 )
 
 // ErrTLS is wrapped by certificate loading errors.
@@ -244,62 +239,35 @@ func EnsureSelfSigned(dir string, extraNames ...string) (*SelfSigned, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTLS, err)
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now()
-	serial := func() *big.Int { n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120)); return n }
-	caTmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "tollgate local CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	ca, err := pki.NewCA(pki.Template{CommonName: "tollgate local CA", NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0)})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrTLS, err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	crt, err := ca.Issue(pki.Template{CommonName: "tollgate", Usage: pki.ServerAuth,
+		Hosts:     append([]string{"localhost", "127.0.0.1", "::1"}, extraNames...),
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0)})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrTLS, err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: "tollgate"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	for _, n := range extraNames {
-		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else if n != "" {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	keyPEM, err := crt.KeyPEM(pki.SEC1)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrTLS, err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	write := func(path, typ string, der []byte, mode os.FileMode) error {
+	write := func(path string, b []byte, mode os.FileMode) error {
 		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode); err != nil {
+		if err := os.WriteFile(tmp, b, mode); err != nil {
 			return err
 		}
 		return os.Rename(tmp, path)
 	}
-	if err := write(s.CAFile, "CERTIFICATE", caDER, 0o644); err != nil {
+	if err := write(s.CAFile, ca.CertPEM, 0o644); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTLS, err)
 	}
-	if err := write(s.KeyFile, "EC PRIVATE KEY", keyDER, 0o600); err != nil {
+	if err := write(s.KeyFile, keyPEM, 0o600); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTLS, err)
 	}
-	if err := write(s.CertFile, "CERTIFICATE", der, 0o644); err != nil {
+	if err := write(s.CertFile, crt.CertPEM, 0o644); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTLS, err)
 	}
 	s.Generated = true
