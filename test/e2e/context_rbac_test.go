@@ -14,8 +14,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
 
 // TestContextAwareRBAC: the controller gives a PolicyServer whose policy declares
@@ -51,8 +49,7 @@ func TestContextAwareRBAC(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	apply(t, ctx, "apiVersion: policies.tollgate.dev/v1\nkind: PolicyServer\nmetadata:\n  name: "+server+
-		"\nspec:\n  image: "+env.image+"\n  replicas: 1\n  insecureSources: [\""+cluster.PodRegistryHost+"\"]\n")
+	apply(t, ctx, policyServerYAML(server, 1, ""))
 	module := policyRef(t, "unique-ingress-host")
 	policyManifest := func(kinds string) string {
 		return `apiVersion: policies.tollgate.dev/v1

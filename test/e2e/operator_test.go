@@ -96,16 +96,7 @@ func TestOperator(t *testing.T) {
 	var failed atomic.Int64       // failed admission requests over every scenario with load
 
 	ok := t.Run("PolicyServer gets its replicas", func(t *testing.T) {
-		apply(t, ctx, `apiVersion: policies.tollgate.dev/v1
-kind: PolicyServer
-metadata:
-  name: `+psName+`
-spec:
-  image: `+env.image+`
-  replicas: 2
-  minAvailable: 1
-  insecureSources: ["`+cluster.PodRegistryHost+`"]
-`)
+		apply(t, ctx, policyServerYAML(psName, 2, "  minAvailable: 1\n"))
 		begin := time.Now()
 		pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, 2, 3*time.Minute)
 		if err != nil {

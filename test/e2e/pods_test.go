@@ -245,3 +245,17 @@ func ensureNamespace(ctx context.Context, cs kubernetes.Interface, ns string) er
 		return err
 	})
 }
+
+// policyServerYAML is a PolicyServer of tollgate's image (from the cluster's registry) with its
+// replicas, fetching policies from the cluster's registry; extra is more of its spec, indented.
+func policyServerYAML(name string, replicas int, extra string) string {
+	return fmt.Sprintf(`apiVersion: policies.tollgate.dev/v1
+kind: PolicyServer
+metadata:
+  name: %s
+spec:
+  image: %s
+  replicas: %d
+  insecureSources: ["%s"]
+%s`, name, env.image, replicas, cluster.PodRegistryHost, extra)
+}

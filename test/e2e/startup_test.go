@@ -15,8 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	sigsyaml "sigs.k8s.io/yaml"
-
-	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
 
 // TestColdStartOnRealNode: a PolicyServer serving the MutatingAdmissionPolicy built-in (a 20-30 s
@@ -74,17 +72,7 @@ spec:
 	apply(t, ctx, policy("cold-unique-ingress", policyRef(t, "unique-ingress-host"), false, "ingresses",
 		"  contextAwareResources:\n    - {apiVersion: networking.k8s.io/v1, kind: Ingress}\n"))
 	begin := time.Now()
-	apply(t, ctx, `apiVersion: policies.tollgate.dev/v1
-kind: PolicyServer
-metadata:
-  name: `+server+`
-spec:
-  image: `+env.image+`
-  replicas: 1
-  insecureSources: ["`+cluster.PodRegistryHost+`"]
-  limits:
-    cpu: 500m
-`)
+	apply(t, ctx, policyServerYAML(server, 1, "  limits:\n    cpu: 500m\n"))
 	pods, err := waitServerPods(ctx, op.cs, controllerNS, serverObject, 1, 5*time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -223,15 +211,7 @@ func TestScaleMixOnRealNode(t *testing.T) {
 		}
 	}
 	begin := time.Now()
-	apply(t, ctx, `apiVersion: policies.tollgate.dev/v1
-kind: PolicyServer
-metadata:
-  name: `+server+`
-spec:
-  image: `+env.image+`
-  replicas: 1
-  insecureSources: ["`+cluster.PodRegistryHost+`"]
-`)
+	apply(t, ctx, policyServerYAML(server, 1, ""))
 	pods, err := waitServerPods(ctx, op.cs, controllerNS, serverObject, 1, 6*time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -31,18 +31,7 @@ const denyMessage = "denied by e2e probe"
 func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute) // a cold tool build included
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf})
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("cluster logs:\n%s", c.LogTail(40))
-		}
-		if err := c.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	c := startCluster(t, ctx, cluster.Options{Logf: t.Logf})
 	t.Logf("timing: apiserver ready %v after start", c.StartDuration.Round(time.Millisecond))
 
 	t.Run("version", func(t *testing.T) {
@@ -240,4 +229,22 @@ func denyingWebhook(t *testing.T, calls *atomic.Int32) http.Handler {
 
 func kubernetesFor(c *cluster.Cluster, user string, groups ...string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(c.ImpersonatedConfig(user, groups...))
+}
+
+// startCluster starts a cluster and registers its Stop (with its logs when the test failed).
+func startCluster(t *testing.T, ctx context.Context, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cluster logs:\n%s", c.LogTail(40))
+		}
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return c
 }

@@ -41,18 +41,7 @@ func TestMain(m *testing.M) {
 func TestNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: t.Logf, Node: true})
-	if err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("cluster logs:\n%s", c.LogTail(40))
-		}
-		if err := c.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	c := startCluster(t, ctx, cluster.Options{Logf: t.Logf, Node: true})
 	t.Logf("timing: control plane %v, node Ready %v later", c.StartDuration.Round(time.Millisecond), c.NodeStartDuration.Round(time.Millisecond))
 
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, cluster.NodeName, metav1.GetOptions{})
