@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -30,10 +29,7 @@ const (
 func TestChart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute) // a cold helm build included
 	defer cancel()
-	helm := os.Getenv("HELM") // TestMain's prepare sets it
-	if helm == "" {
-		t.Fatal("HELM is not set (TestMain builds helm with scripts/install-k8s-tools.sh)")
-	}
+	helm := env.cluster.Binaries.Helm
 	c := env.cluster
 	chart := filepath.Join(env.root, "charts", "tollgate")
 	kubectl := func(stdin string, args ...string) string {

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -65,20 +62,13 @@ func TestMain(m *testing.M) {
 func prepare() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute) // cold builds
 	defer cancel()
-	root, err := repoRoot()
+	root, err := cluster.RepoRoot()
 	if err != nil {
 		return err
 	}
 	logf := func(format string, args ...any) { fmt.Printf(format+"\n", args...) }
-	if _, err := cluster.ResolveBinaries(ctx, cluster.Binaries{}, true, logf); err != nil {
+	if _, err := cluster.ResolveBinaries(ctx, cluster.Binaries{}, true, logf); err != nil { // HELM too
 		return err
-	}
-	if os.Getenv("HELM") == "" {
-		p, err := installScriptTool(ctx, root, "helm")
-		if err != nil {
-			return err
-		}
-		os.Setenv("HELM", p)
 	}
 	bin, err := tollgateBinary(ctx, root)
 	if err != nil {
@@ -111,7 +101,7 @@ func run(m *testing.M) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var err error
-	if env.root, err = repoRoot(); err != nil {
+	if env.root, err = cluster.RepoRoot(); err != nil {
 		return 1, err
 	}
 	if env.dir, err = os.MkdirTemp("", "tollgate-e2e-"); err != nil {
@@ -166,25 +156,6 @@ func run(m *testing.M) (int, error) {
 	return code, nil
 }
 
-// repoRoot returns the repository root: the nearest parent of the working directory holding
-// cmd/tollgate.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if st, err := os.Stat(filepath.Join(dir, "cmd", "tollgate")); err == nil && st.IsDir() {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no cmd/tollgate above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // tollgateBinary returns $TOLLGATE_BIN, or builds cmd/tollgate into bin/ (go build's cache makes
 // a second build quick).
 func tollgateBinary(ctx context.Context, root string) (string, error) {
@@ -206,26 +177,6 @@ func tollgateBinary(ctx context.Context, root string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/tollgate: %w\n%s", err, b)
 	}
 	return out, nil
-}
-
-// installScriptTool returns the path of a tool from scripts/install-k8s-tools.sh (which builds it
-// when missing).
-func installScriptTool(ctx context.Context, root, name string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "install-k8s-tools.sh"), name)
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("scripts/install-k8s-tools.sh %s: %w\n%s", name, err, stderr.String())
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if p, ok := strings.CutPrefix(sc.Text(), name+"="); ok {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("scripts/install-k8s-tools.sh %s printed no %s= line", name, name)
 }
 
 // kubectlApply applies a manifest with the real kubectl; extra are more arguments (e.g.

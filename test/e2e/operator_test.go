@@ -554,12 +554,11 @@ spec:
 	})
 
 	t.Run("the controller pod deleted and recreated: no write to an unchanged object", func(t *testing.T) {
-		f := &fleet{tb: t, ns: controllerNS, cs: op.cs, dyn: op.dyn}
 		old, err := serverPods(ctx, op.cs, controllerNS, controllerName)
 		if err != nil || len(old) != 1 {
 			t.Fatalf("controller pods %v (%v)", old, err)
 		}
-		before, err := f.snapshot(ctx)
+		before, err := snapshot(ctx, op.dyn, controllerNS)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -578,7 +577,7 @@ spec:
 		t.Logf("new controller pod %s Ready %v after the old one was deleted", pods[0].Name, time.Since(begin).Round(time.Millisecond))
 		// It becomes the leader, reconciles everything, and writes nothing; then it still works.
 		time.Sleep(15 * time.Second)
-		after, err := f.snapshot(ctx)
+		after, err := snapshot(ctx, op.dyn, controllerNS)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -779,7 +778,7 @@ func startOperator(t *testing.T, ctx context.Context, helmArgs ...string) *opera
 
 // helm runs the helm client on the cluster.
 func helm(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, os.Getenv("HELM"), append([]string{"--kubeconfig", env.cluster.Kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, env.cluster.Binaries.Helm, append([]string{"--kubeconfig", env.cluster.Kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

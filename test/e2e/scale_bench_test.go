@@ -363,7 +363,7 @@ func (r resyncResult) String() string {
 // restartResync records every object the controller writes, restarts the controller (a full
 // reconcile of unchanged objects), waits at least min and until it settles, and compares.
 func (f *fleet) restartResync(ctx context.Context, min time.Duration) (r resyncResult) {
-	before, err := f.snapshot(ctx)
+	before, err := snapshot(ctx, f.dyn, f.ns)
 	if err != nil {
 		r.err = err
 		return r
@@ -393,7 +393,7 @@ func (f *fleet) restartResync(ctx context.Context, min time.Duration) (r resyncR
 	if r.mem, r.err = procMemory(f.ctrl.cmd.Process.Pid); r.err != nil {
 		return r
 	}
-	after, err := f.snapshot(ctx)
+	after, err := snapshot(ctx, f.dyn, f.ns)
 	if err != nil {
 		r.err = err
 		return r
@@ -405,7 +405,7 @@ func (f *fleet) restartResync(ctx context.Context, min time.Duration) (r resyncR
 // snapshot reads every object the controller writes: the policies and PolicyServers, the webhook
 // configurations, and its namespace's ConfigMaps, Secrets, Services, ServiceAccounts,
 // Deployments and PodDisruptionBudgets.
-func (f *fleet) snapshot(ctx context.Context) (map[string]*unstructured.Unstructured, error) {
+func snapshot(ctx context.Context, dyn dynamic.Interface, ns string) (map[string]*unstructured.Unstructured, error) {
 	type res struct {
 		gvr schema.GroupVersionResource
 		ns  string
@@ -413,21 +413,21 @@ func (f *fleet) snapshot(ctx context.Context) (map[string]*unstructured.Unstruct
 	all := []res{
 		{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}, ""},
 		{schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}, ""},
-		{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, f.ns},
-		{schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, f.ns},
-		{schema.GroupVersionResource{Version: "v1", Resource: "services"}, f.ns},
-		{schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, f.ns},
-		{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, f.ns},
-		{schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, f.ns},
-		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, f.ns},
-		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, f.ns},
+		{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, ns},
+		{schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, ns},
+		{schema.GroupVersionResource{Version: "v1", Resource: "services"}, ns},
+		{schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}, ns},
+		{schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}, ns},
+		{schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}, ns},
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}, ns},
+		{schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}, ns},
 	}
 	for _, kind := range append([]string{"PolicyServer"}, fleetPolicyKinds...) {
 		all = append(all, res{policyGVR[kind], ""})
 	}
 	out := map[string]*unstructured.Unstructured{}
 	for _, r := range all {
-		l, err := f.dyn.Resource(r.gvr).Namespace(r.ns).List(ctx, metav1.ListOptions{})
+		l, err := dyn.Resource(r.gvr).Namespace(r.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", r.gvr.Resource, err)
 		}

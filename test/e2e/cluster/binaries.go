@@ -33,6 +33,9 @@ type Binaries struct {
 	// Containerd and Registry come from Debian's packages (scripts/install-tools.sh).
 	Containerd string
 	Registry   string
+	// Helm is not run by the package; it is what installs charts on a node cluster, from the
+	// same script, so a caller gets it with the rest before Isolated.
+	Helm string
 }
 
 // binaryField is one binary: the install script's name for it (empty: a Debian package's file at
@@ -54,11 +57,12 @@ func (b *Binaries) fields() []binaryField {
 		{tool: "kube-proxy", env: "KUBE_PROXY", path: &b.KubeProxy, node: true},
 		{env: "CONTAINERD", fixed: "/usr/bin/containerd", path: &b.Containerd, node: true},
 		{env: "REGISTRY", fixed: "/usr/bin/docker-registry", path: &b.Registry, node: true},
+		{tool: "helm", env: "HELM", path: &b.Helm, node: true},
 	}
 }
 
 // ResolveBinaries fills what b lacks from the environment (KUBE_APISERVER, ETCD, KUBECTL, and for a
-// node KUBELET, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KUBE_PROXY, CONTAINERD, REGISTRY), then
+// node KUBELET, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, KUBE_PROXY, CONTAINERD, REGISTRY, HELM), then
 // from scripts/install-k8s-tools.sh, which builds what is missing (minutes the first time on a
 // machine) and prints name=path lines; containerd and the registry are Debian's packages. It sets
 // the environment variables to the paths found, so processes started later (a re-executed test
@@ -117,7 +121,7 @@ func ResolveBinaries(ctx context.Context, b Binaries, node bool, logf func(strin
 // runInstallScript runs scripts/install-k8s-tools.sh for tools from the repository root found
 // above the working directory and returns its name=path lines.
 func runInstallScript(ctx context.Context, tools []string, logf func(string, ...any)) (map[string]string, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -141,8 +145,9 @@ func runInstallScript(ctx context.Context, tools []string, logf func(string, ...
 	return paths, nil
 }
 
-// repoRoot is the nearest directory above the working directory that holds the install script.
-func repoRoot() (string, error) {
+// RepoRoot is the repository root: the nearest directory above the working directory that holds
+// the install script.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

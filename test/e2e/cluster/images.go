@@ -6,11 +6,11 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -19,13 +19,14 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
+	"oras.land/oras-go/v2/errdef"
 	"oras.land/oras-go/v2/registry/remote"
 )
 
 // pushPause builds the pause command (a static binary) and pushes it to the registry as
 // PauseImage, a one-layer image.
 func (c *Cluster) pushPause(ctx context.Context) error {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func PushFiles(ctx context.Context, ref string, files map[string][]byte, entrypo
 		desc ocispec.Descriptor
 		data []byte
 	}{{layerDesc, layer.Bytes()}, {cfgDesc, cfg}} {
-		if err := repo.Push(ctx, b.desc, bytes.NewReader(b.data)); err != nil && !strings.Contains(err.Error(), "already exists") {
+		if err := repo.Push(ctx, b.desc, bytes.NewReader(b.data)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
 			return fmt.Errorf("cluster: pushing %s to %s: %w", b.desc.MediaType, ref, err)
 		}
 	}

@@ -8,14 +8,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 )
 
-// isolatedEnv marks the process that runs inside the namespaces Isolated made.
-const isolatedEnv = "TOLLGATE_E2E_ISOLATED"
+// IsolatedEnv=1 marks the process that runs inside the namespaces Isolated made.
+const IsolatedEnv = "TOLLGATE_E2E_ISOLATED"
 
 // hostSysctls are the machine-wide settings a kubelet (and kube-proxy) may change: Isolated saves
 // them before the node starts and writes them back after it is gone. Per-network-namespace ones
@@ -35,7 +36,7 @@ var hostSysctls = []string{
 var HostPID int
 
 // InIsolation reports whether this process runs inside the namespaces [Isolated] made.
-func InIsolation() bool { return os.Getenv(isolatedEnv) == "1" }
+func InIsolation() bool { return os.Getenv(IsolatedEnv) == "1" }
 
 // Isolated runs f in new network, mount and PID namespaces and returns its exit code: a real node
 // (kubelet, containerd, its pods' networks) changes the machine, and these namespaces keep those
@@ -84,7 +85,7 @@ func Isolated(f func() int) int {
 		}
 	}
 	saved := savedSysctls()
-	cgroupsBefore := topCgroups()
+	cgroupsBefore := kubepodsCgroups()
 	code := runIsolatedChild()
 	err = restoreHost(saved, cgroupsBefore)
 	if err == nil {
@@ -109,7 +110,7 @@ func runIsolatedChild() int {
 	}
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), isolatedEnv+"=1")
+	cmd.Env = append(os.Environ(), IsolatedEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID,
 		Pdeathsig:  syscall.SIGKILL,
@@ -176,9 +177,6 @@ const sysctlsFile = "/var/tmp/tollgate-e2e-sysctls.json"
 // that interrupts a node it runs in a subprocess, after its own node is gone).
 const LockHeldEnv = "TOLLGATE_E2E_LOCK_HELD"
 
-// IsolatedEnv is set in the environment of the process Isolated runs in its namespaces.
-const IsolatedEnv = isolatedEnv
-
 // lockFile serializes the nodes of every run on the machine (Isolated).
 const lockFile = "/var/tmp/tollgate-e2e-node.lock"
 
@@ -222,25 +220,33 @@ func readSysctls() map[string]string {
 // cgroupRoot is where the cgroup v1 hierarchies are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// topCgroups lists the directories directly under each hierarchy's root.
-func topCgroups() map[string]bool {
-	m := map[string]bool{}
+// kubepodsCgroups lists the kubelet's cgroups: the kubepods* directories at each hierarchy's root.
+func kubepodsCgroups() []string {
+	var out []string
 	hs, _ := os.ReadDir(cgroupRoot)
 	for _, h := range hs {
-		ds, _ := os.ReadDir(filepath.Join(cgroupRoot, h.Name()))
-		for _, d := range ds {
-			if d.IsDir() {
-				m[filepath.Join(cgroupRoot, h.Name(), d.Name())] = true
-			}
-		}
+		ds, _ := filepath.Glob(filepath.Join(cgroupRoot, h.Name(), "kubepods*"))
+		out = append(out, ds...)
 	}
-	return m
+	return out
 }
 
-// restoreHost writes the saved sysctls back and removes the cgroups that appeared at the roots
-// while the node ran (kubepods and its children: their processes are gone with the PID
-// namespace, so they are empty; they are removed deepest first).
-func restoreHost(saved map[string]string, before map[string]bool) error {
+// removeKubepods removes every kubepods cgroup tree; keep(dir) says whose failure is not an
+// error.
+func removeKubepods(keep func(string) bool) error {
+	var errs []error
+	for _, dir := range kubepodsCgroups() {
+		if err := removeCgroupTree(dir); err != nil && !keep(dir) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// restoreHost writes the saved sysctls back and removes the kubelet's cgroups (their processes
+// are gone with the PID namespace, so they are empty; they are removed deepest first). before
+// lists those that were there when Isolated started.
+func restoreHost(saved map[string]string, before []string) error {
 	var errs []error
 	now := readSysctls()
 	for k, v := range saved {
@@ -250,18 +256,11 @@ func restoreHost(saved map[string]string, before map[string]bool) error {
 			}
 		}
 	}
-	for dir := range topCgroups() {
-		if !strings.HasPrefix(filepath.Base(dir), "kubepods") {
-			continue
-		}
-		// One that was there before is a leftover of a run whose parent was killed (nothing could
-		// restore then): remove it too when it is empty, which rmdir checks (a cgroup with
-		// processes is busy). No other kubelet runs on these machines; if one did, its cgroups
-		// would be busy and stay.
-		if err := removeCgroupTree(dir); err != nil && !before[dir] {
-			errs = append(errs, err)
-		}
-	}
+	// One that was there before is a leftover of a run whose parent was killed (nothing could
+	// restore then): remove it too when it is empty, which rmdir checks (a cgroup with processes
+	// is busy). No other kubelet runs on these machines; if one did, its cgroups would be busy and
+	// stay.
+	errs = append(errs, removeKubepods(func(dir string) bool { return slices.Contains(before, dir) }))
 	return errors.Join(errs...)
 }
 

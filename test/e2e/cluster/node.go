@@ -232,15 +232,7 @@ func (c *Cluster) stopNodeLeftovers() error {
 		}
 	}
 	// The kubelet's cgroups, now empty (Isolated's parent removes them too, should this fail).
-	hs, _ := os.ReadDir(cgroupRoot)
-	for _, h := range hs {
-		ds, _ := filepath.Glob(filepath.Join(cgroupRoot, h.Name(), "kubepods*"))
-		for _, d := range ds {
-			if err := removeCgroupTree(d); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
+	errs = append(errs, removeKubepods(func(string) bool { return false }))
 	return errors.Join(errs...)
 }
 

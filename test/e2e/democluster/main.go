@@ -48,18 +48,9 @@ func main() {
 func prepare() error {
 	ctx := context.Background()
 	say := func(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
-	say("finding the Kubernetes tools (scripts/install-k8s-tools.sh builds missing ones: about 10 minutes the first time)")
+	say("finding the Kubernetes tools and helm (scripts/install-k8s-tools.sh builds missing ones: about 10 minutes the first time)")
 	if _, err := cluster.ResolveBinaries(ctx, cluster.Binaries{}, true, func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }); err != nil {
 		return err
-	}
-	if os.Getenv("HELM") == "" {
-		cmd := exec.Command("./scripts/install-k8s-tools.sh", "helm")
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("scripts/install-k8s-tools.sh helm: %w", err)
-		}
-		os.Setenv("HELM", strings.TrimPrefix(strings.TrimSpace(string(out)), "helm="))
 	}
 	for _, v := range []string{"TOLLGATE_BIN", "TOLLGATE_IMAGE_LAYOUT"} {
 		if p := os.Getenv(v); p == "" {
@@ -125,7 +116,7 @@ func run() error {
 	say("pushed tollgate's image as %s", image)
 
 	say("installing the chart (the controller, and a default PolicyServer that fetches policies from the cluster's registry)")
-	if _, err := sh("", os.Getenv("HELM"), "install", "tollgate", "charts/tollgate", "--namespace", namespace, "--create-namespace",
+	if _, err := sh("", c.Binaries.Helm, "install", "tollgate", "charts/tollgate", "--namespace", namespace, "--create-namespace",
 		"--set", "image.repository="+cluster.RegistryHost+"/tollgate", "--set", "image.tag="+imageTag,
 		"--set-json", `policyServer.insecureSources=["`+cluster.PodRegistryHost+`"]`, "--wait", "--timeout", "5m"); err != nil {
 		return fmt.Errorf("helm install: %w", err)
@@ -144,38 +135,26 @@ func run() error {
 	}
 
 	say("applying the policies")
-	policies := `apiVersion: policies.tollgate.dev/v1
+	// The two policies, as docs/operator.md's quickstart shows them (step 4).
+	policy := func(name, settings string, mutating bool) string {
+		return fmt.Sprintf(`apiVersion: policies.tollgate.dev/v1
 kind: ClusterAdmissionPolicy
 metadata:
-  name: required-labels
+  name: %s
 spec:
-  module: registry://` + cluster.PodRegistryHost + `/policies/required-labels:v1
-  settings:
-    mandatory_labels: [owner]
-  rules:
+  module: registry://%s/policies/%s:v1
+%s  rules:
     - apiGroups: [""]
       apiVersions: [v1]
       resources: [pods]
       operations: [CREATE]
   namespaceSelector:
     matchLabels: {demo: "true"}
-  mutating: false
----
-apiVersion: policies.tollgate.dev/v1
-kind: ClusterAdmissionPolicy
-metadata:
-  name: capabilities-drop
-spec:
-  module: registry://` + cluster.PodRegistryHost + `/policies/capabilities-drop:v1
-  rules:
-    - apiGroups: [""]
-      apiVersions: [v1]
-      resources: [pods]
-      operations: [CREATE]
-  namespaceSelector:
-    matchLabels: {demo: "true"}
-  mutating: true
-`
+  mutating: %t
+`, name, cluster.PodRegistryHost, name, settings, mutating)
+	}
+	policies := policy("required-labels", "  settings:\n    mandatory_labels: [owner]\n", false) + "---\n" +
+		policy("capabilities-drop", "", true)
 	if _, err := kubectl(policies, "apply", "-f", "-"); err != nil {
 		return err
 	}
