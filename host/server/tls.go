@@ -129,14 +129,32 @@ func (r *CertReloader) SetHook(f func(ok bool, notAfter time.Time)) {
 // Certificate is the current certificate.
 func (r *CertReloader) Certificate() *tls.Certificate { return r.cert.Load() }
 
-// TLSConfig is a TLS 1.2+ server configuration that always uses the current
-// certificate and client CA bundle (mTLS when a CA file was given).
+// CipherSuites are the TLS 1.2 suites the webhook accepts: AEAD ciphers
+// (AES-GCM, ChaCha20-Poly1305) with ECDHE key exchange only, for ECDSA and
+// RSA certificates. Go's defaults also accept ECDHE with AES-CBC and a
+// SHA-1 MAC (MAC-then-encrypt, the Lucky13 class of padding oracles); they
+// are refused, as is static RSA key exchange (no forward secrecy). Every
+// client of a webhook (the apiserver's crypto/tls) offers ECDHE with
+// AES-GCM. TLS 1.3 suites are not configurable in Go and are all AEAD.
+var CipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// TLSConfig is a TLS 1.2+ server configuration (TLS 1.2 with CipherSuites
+// only) that always uses the current certificate and client CA bundle (mTLS
+// when a CA file was given).
 func (r *CertReloader) TLSConfig() *tls.Config {
-	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: CipherSuites, NextProtos: []string{"h2", "http/1.1"}}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		c := &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"},
+			MinVersion:   tls.VersionTLS12,
+			CipherSuites: CipherSuites,
+			NextProtos:   []string{"h2", "http/1.1"},
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 				return r.cert.Load(), nil
 			},

@@ -318,3 +318,58 @@ func TestClientCARotation(t *testing.T) {
 		t.Fatal("old client CA still accepted after rotation")
 	}
 }
+
+// TestTLSCipherSuites: over TLS 1.2 the server accepts only AEAD suites with
+// forward secrecy (ECDHE with AES-GCM or ChaCha20-Poly1305); a real client
+// offering only a CBC suite (SHA-1 or SHA-256 MAC) or only static-RSA key
+// exchange is refused, one offering a single AEAD suite is served. TLS 1.3
+// is unchanged (its suites are all AEAD).
+func TestTLSCipherSuites(t *testing.T) {
+	h := start(t, harnessOpts{policies: okPolicies, loader: acceptAll(t)})
+	dial := func(suite uint16) error {
+		c, err := tls.Dial("tcp", h.srv.Addr(), &tls.Config{RootCAs: h.ca, ServerName: "localhost",
+			MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite}})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if got := c.ConnectionState().CipherSuite; got != suite {
+			t.Errorf("negotiated %s, offered only %s", tls.CipherSuiteName(got), tls.CipherSuiteName(suite))
+		}
+		return nil
+	}
+	for _, s := range []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256,
+		tls.TLS_RSA_WITH_AES_128_GCM_SHA256,
+	} {
+		if err := dial(s); err == nil {
+			t.Errorf("TLS 1.2 with %s accepted", tls.CipherSuiteName(s))
+		} else if !strings.Contains(err.Error(), "handshake failure") {
+			t.Errorf("TLS 1.2 with %s: %v, want a handshake failure", tls.CipherSuiteName(s), err)
+		}
+	}
+	for _, s := range []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	} {
+		if err := dial(s); err != nil {
+			t.Errorf("TLS 1.2 with %s refused: %v", tls.CipherSuiteName(s), err)
+		}
+	}
+	// a full request over TLS 1.2 with an AEAD suite, and TLS 1.3 untouched
+	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: h.ca,
+			MinVersion: v, MaxVersion: v, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256}}}}
+		resp, err := c.Post(h.base+"/validate/ok", "application/json", strings.NewReader(string(reviewFor("c", "CREATE", "d", pod(nil)))))
+		if err != nil {
+			t.Fatalf("TLS %x: %v", v, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.TLS.Version != v {
+			t.Errorf("TLS %x: HTTP %d over TLS %x", v, resp.StatusCode, resp.TLS.Version)
+		}
+	}
+}
