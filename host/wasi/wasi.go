@@ -133,7 +133,7 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	m := &Module{
 		rt: rt, cm: cm, cfg: cfg, cache: mcache, stubbed: stubbed,
 		base: wazero.NewModuleConfig().WithName("").
-			WithSysWalltime().WithSysNanotime().WithSysNanosleep().WithRandSource(rand.Reader),
+			WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader),
 	}
 	m.ctx, m.cancel = context.WithCancel(rctx)
 	if cfg.Ahead > 0 {
@@ -297,7 +297,8 @@ func (m *Module) start(args []string) *session {
 	ictx, refused := withMemoryCap(context.WithValue(s.ctx, sessionKey{}, s), m.cfg.MemoryLimitBytes)
 	s.refused = refused
 	cfg := m.base.WithArgs(append([]string{Argv0}, args...)...).
-		WithStdin(&s.stdin).WithStdout(&s.stdout).WithStderr(&s.stderr)
+		WithStdin(&s.stdin).WithStdout(&s.stdout).WithStderr(&s.stderr).
+		WithNanosleep(s.sleep)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -309,6 +310,25 @@ func (m *Module) start(args []string) *session {
 		s.err = err
 	}()
 	return s
+}
+
+// sleep is the guest's nanosleep (poll_oneoff's clock subscription, what
+// time.Sleep and an idle Go scheduler end in): it returns after ns, or as soon
+// as the instance's context ends (its deadline, the caller's cancellation,
+// Close), whichever comes first. wazero's own sleep (WithSysNanosleep) cannot
+// be interrupted, so a guest sleeping past its deadline held its worker for
+// the whole sleep; once this one returns, close-on-context-done stops the
+// guest at its next call or loop.
+func (s *session) sleep(ns int64) {
+	if ns <= 0 {
+		return
+	}
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.ctx.Done():
+	}
 }
 
 func (s *session) markFirst() {

@@ -186,3 +186,39 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 }
+
+// TestSleepStopsAtDeadline: a guest's time.Sleep really waits (a short one
+// ends after its length and the guest answers), but a sleep past the
+// deadline ends at the deadline: the invocation returns wasm.ErrTimeout then,
+// not when the 20 s sleep would have ended, and the instance is gone.
+func TestSleepStopsAtDeadline(t *testing.T) {
+	for _, ahead := range []int{0, 1} {
+		m := compile(t, wasi.Config{Ahead: ahead, AheadArgs: []string{"validate"}})
+		t0 := time.Now()
+		res, err := m.Run(context.Background(), 10*time.Second, []string{"validate"},
+			[]byte(`{"request":{"uid":"u"},"settings":{"behaviour":"sleep","seconds":0.3}}`), nil)
+		if err != nil || !strings.Contains(string(res.Stdout), `"accepted":true`) {
+			t.Fatalf("ahead %d: a 0.3 s sleep: %v %+v", ahead, err, res)
+		}
+		if took := time.Since(t0); took < 300*time.Millisecond {
+			t.Errorf("ahead %d: a 0.3 s sleep returned after %v: the guest's sleep does not wait", ahead, took)
+		}
+		t0 = time.Now()
+		_, err = m.Run(context.Background(), 500*time.Millisecond, []string{"validate"}, doc("sleep"), nil)
+		took := time.Since(t0)
+		if !errors.Is(err, wasm.ErrTimeout) {
+			t.Fatalf("ahead %d: a 20 s sleep with a 500 ms deadline: err = %v, want a timeout", ahead, err)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("ahead %d: a 20 s sleep with a 500 ms deadline returned after %v", ahead, took)
+		}
+		// the caller's cancellation ends a sleep too
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		t0 = time.Now()
+		_, err = m.Run(ctx, 0, []string{"validate"}, doc("sleep"), nil)
+		cancel()
+		if took := time.Since(t0); err == nil || took > 2*time.Second {
+			t.Fatalf("ahead %d: a 20 s sleep whose context ends after 300 ms: err = %v after %v", ahead, err, took)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	wapc "github.com/wapc/wapc-guest-tinygo"
 )
@@ -39,6 +40,8 @@ type settings struct {
 	// collector walk the heap in 16-byte blocks, which costs more per byte for large objects:
 	// 64 KiB chunks reach a memory cap fastest (measured).
 	Chunk int `json:"chunk"`
+	// sleep: how long to sleep, in seconds (default 20).
+	Seconds float64 `json:"seconds"`
 	// log: the message logged (default "misbehave log").
 	Message string `json:"message"`
 	// hostcall: how many times to make the call (default 1); the answer of the last one is
@@ -58,6 +61,7 @@ var behaviours = map[string]func(s *settings) ([]byte, error){
 	"huge-output":       hugeOutput,
 	"hostcall":          hostcall,
 	"log":               logAndAccept,
+	"sleep":             sleep,
 }
 
 func known() string {
@@ -203,4 +207,15 @@ func logAndAccept(s *settings) ([]byte, error) {
 		return nil, fmt.Errorf("misbehave: logging failed: %v", err)
 	}
 	return accept(s)
+}
+
+// sleep calls time.Sleep, then accepts: under a waPC host a TinyGo sleep ends in WASI poll_oneoff,
+// whose clock the host may make a no-op.
+func sleep(s *settings) ([]byte, error) {
+	d := 20 * time.Second
+	if s.Seconds > 0 {
+		d = time.Duration(s.Seconds * float64(time.Second))
+	}
+	time.Sleep(d)
+	return []byte(`{"accepted":true,"message":"slept"}`), nil
 }

@@ -63,7 +63,7 @@ func TestValidateSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"message":"unknown behaviour \"explode\" (known: accept, hostcall, huge-output, invalid-json, log, loop, mutate-non-object, oom, trap)","valid":false}`
+	want := `{"message":"unknown behaviour \"explode\" (known: accept, hostcall, huge-output, invalid-json, log, loop, mutate-non-object, oom, sleep, trap)","valid":false}`
 	if string(out) != want {
 		t.Errorf("got %s\nwant %s", out, want)
 	}

@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/sdk/wasi"
 )
@@ -37,8 +38,9 @@ func validate(payload []byte) ([]byte, error) {
 	var in struct {
 		Request  json.RawMessage `json:"request"`
 		Settings struct {
-			Behaviour string `json:"behaviour"`
-			Binding   string `json:"binding"`
+			Behaviour string  `json:"behaviour"`
+			Binding   string  `json:"binding"`
+			Seconds   float64 `json:"seconds"`
 		} `json:"settings"`
 	}
 	if err := json.Unmarshal(payload, &in); err != nil {
@@ -72,6 +74,14 @@ func validate(payload []byte) ([]byte, error) {
 	case "panic":
 		var m map[string]int
 		m["x"] = 1
+	case "sleep":
+		// sleeps 20 s (settings "seconds" for another length), then accepts
+		d := 20 * time.Second
+		if in.Settings.Seconds > 0 {
+			d = time.Duration(in.Settings.Seconds * float64(time.Second))
+		}
+		time.Sleep(d)
+		return wasi.Accept()
 	case "loop":
 		for i := 0; ; i++ {
 			if i < 0 {
