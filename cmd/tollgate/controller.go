@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"syscall"
 	"time"
 
@@ -71,6 +72,7 @@ func (f *controllerFlags) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.o.CAPropagationDelay, "ca-propagation-delay", 2*time.Minute, "how long a renewed CA is only trusted (in every webhook's caBundle) before it signs certificates")
 	fs.DurationVar(&f.o.CertCheckInterval, "cert-check-interval", time.Hour, "how often certificates are checked for expiry")
 	fs.BoolVar(&f.alwaysAcceptNS, "always-accept-admission-reviews-on-deployments-namespace", true, "policy servers accept every request in --namespace without evaluation, so a broken policy cannot lock tollgate out of its own namespace")
+	fs.StringSliceVar(&f.o.SkipNamespaces, "skip-namespaces", slices.Clone(operator.DefaultSkipNamespaces), "namespaces every cluster-wide policy leaves out (besides --namespace) unless it names them in spec.includeSkippedNamespaces; empty skips none")
 	fs.DurationVar(&f.o.StatusPollInterval, "status-poll-interval", 500*time.Millisecond, "how often a pending policy's servers are asked (GET /policies) whether they serve it")
 	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&f.logFmt, "log-fmt", "text", "text or json")

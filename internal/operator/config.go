@@ -33,15 +33,19 @@ var allCapabilities = []string{"*"}
 // validated by host/config's parser exactly as the policy server will parse it: an error wraps
 // ErrPolicyRefused and names the spec field and value at fault.
 //
-// ps may be nil (no such PolicyServer): namespaced policies then get every capability. It
-// makes no client call, so the policy reconcilers use it to report refused policies.
+// Cluster-wide policies get every host capability. Namespaced policies (a tenant's) get the
+// PolicyServer's namespacedPoliciesCapabilities, none when it is unset or ps is nil, and may
+// use only its namespacedPoliciesModuleSchemes (never file://): a module of another scheme is
+// refused. It makes no client call, so the policy reconcilers use it to report refused policies.
 func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, entry map[string]any, err error) {
 	id = PolicyID(p.PolicyKind(), p.GetNamespace(), p.GetName())
 	caps := allCapabilities
-	if p.IsNamespaced() && ps != nil && len(ps.Spec.NamespacedPoliciesCapabilities) > 0 {
-		caps = make([]string, len(ps.Spec.NamespacedPoliciesCapabilities))
-		for i, c := range ps.Spec.NamespacedPoliciesCapabilities {
-			caps[i] = string(c)
+	if p.IsNamespaced() {
+		caps = []string{}
+		if ps != nil {
+			for _, c := range ps.Spec.NamespacedPoliciesCapabilities {
+				caps = append(caps, string(c))
+			}
 		}
 	}
 	mode := string(p.Webhook().Mode)
@@ -56,6 +60,9 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 		return id, nil, fmt.Errorf("%w: %s %s: spec.%s: value %s: %s", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), field, value, reason)
 	}
 	single := func(m v1.ModuleSpec, mutating bool, resources []v1.ContextAwareResource, message string) error {
+		if err := tenantScheme(p, ps, "module", m.Module); err != nil {
+			return err
+		}
 		if err := moduleFields(entry, m, resources); err != nil {
 			return err
 		}
@@ -73,6 +80,9 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 	}
 	member := func(name string, m v1.ModuleSpec, resources []v1.ContextAwareResource) (map[string]any, error) {
 		e := map[string]any{"hostCapabilities": caps}
+		if err := tenantScheme(p, ps, "policies."+name+".module", m.Module); err != nil {
+			return nil, err
+		}
 		if err := moduleFields(e, m, resources); err != nil {
 			err.field = "policies." + name + "." + err.field
 			return nil, err
@@ -106,7 +116,11 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 	if err != nil {
 		var se *settingsError
 		if errors.As(err, &se) {
-			return fail(se.field, "<settings>", se.reason)
+			value := se.value
+			if value == "" {
+				value = "<settings>"
+			}
+			return fail(se.field, value, se.reason)
 		}
 		return id, nil, fmt.Errorf("%w: %s %s: %v", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), err)
 	}
@@ -120,8 +134,9 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 	return id, entry, nil
 }
 
-// settingsError is a settings value that is not a JSON object.
-type settingsError struct{ field, reason string }
+// settingsError is a spec field the policy server would refuse: a settings value that is not
+// a JSON object, or a module scheme a namespaced policy may not use.
+type settingsError struct{ field, value, reason string }
 
 func (e *settingsError) Error() string { return e.field + ": " + e.reason }
 
@@ -143,6 +158,40 @@ func moduleFields(e map[string]any, m v1.ModuleSpec, resources []v1.ContextAware
 	}
 	e["contextAwareResources"] = cars
 	return nil
+}
+
+// tenantScheme refuses a namespaced policy's module whose scheme its PolicyServer does not
+// allow to namespaced policies (namespacedPoliciesModuleSchemes, or its default); file:// is
+// never allowed to them. Cluster-wide policies may use every scheme.
+func tenantScheme(p v1.Policy, ps *v1.PolicyServer, field, module string) *settingsError {
+	if !p.IsNamespaced() {
+		return nil
+	}
+	allowed := v1.DefaultNamespacedPoliciesModuleSchemes
+	from := "the default of spec.namespacedPoliciesModuleSchemes"
+	if ps != nil && len(ps.Spec.NamespacedPoliciesModuleSchemes) > 0 {
+		allowed = ps.Spec.NamespacedPoliciesModuleSchemes
+		from = "spec.namespacedPoliciesModuleSchemes"
+	}
+	scheme, _, _ := strings.Cut(normalizeModule(module), "://")
+	scheme = strings.ToLower(scheme)
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = string(a)
+		if scheme == string(a) && scheme != "file" {
+			return nil
+		}
+	}
+	server := "its PolicyServer"
+	if ps != nil {
+		server = fmt.Sprintf("PolicyServer %q", ps.Name)
+	}
+	reason := fmt.Sprintf("a namespaced policy may not use %s:// modules: %s allows %s to namespaced policies (%s)",
+		scheme, server, strings.Join(names, ", "), from)
+	if scheme == "file" {
+		reason = "a namespaced policy may never use file:// modules (they would be read from the policy server's file system)"
+	}
+	return &settingsError{field: field, value: strconv.Quote(module), reason: reason}
 }
 
 // normalizeModule gives a module URI without a scheme Kubewarden's default, registry://.

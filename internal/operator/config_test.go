@@ -22,6 +22,12 @@ func cfgPS(caps ...v1.HostCapability) *v1.PolicyServer {
 		Spec: v1.PolicyServerSpec{Image: "tollgate:test", Replicas: 1, NamespacedPoliciesCapabilities: caps}}
 }
 
+func cfgPSSchemes(schemes ...v1.ModuleScheme) *v1.PolicyServer {
+	ps := cfgPS()
+	ps.Spec.NamespacedPoliciesModuleSchemes = schemes
+	return ps
+}
+
 func cfgModule(uri, settings string) v1.ModuleSpec {
 	m := v1.ModuleSpec{Module: uri}
 	if settings != "" {
@@ -58,19 +64,67 @@ func TestBuildPolicyEntry(t *testing.T) {
 		{
 			name: "namespaced policy, capabilities from the server, null settings",
 			policy: &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "labels"}, Spec: v1.AdmissionPolicySpec{
-				WebhookSpec: monitor, ModuleSpec: cfgModule("file:///p.wasm", "null")}},
+				WebhookSpec: monitor, ModuleSpec: cfgModule("https://h/p.wasm", "null")}},
 			ps:     cfgPS("oci/*", "kubernetes/get_resource"),
 			wantID: "namespaced-team-a-labels",
-			want: `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":["oci/*","kubernetes/get_resource"],"module":"file:///p.wasm",` +
+			want: `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":["oci/*","kubernetes/get_resource"],"module":"https://h/p.wasm",` +
 				`"namespacedName":{"Name":"labels","Namespace":"team-a"},"policyMode":"monitor","settings":{}}`,
 		},
 		{
-			name: "namespaced policy, no capabilities set: all",
+			name: "namespaced policy, no capabilities set: none",
 			policy: &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.AdmissionPolicySpec{
 				WebhookSpec: webhook, ModuleSpec: cfgModule("registry://r/p:1", "")}},
 			ps:     cfgPS(),
 			wantID: "namespaced-ns-p",
-			want:   `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":["*"],"module":"registry://r/p:1","namespacedName":{"Name":"p","Namespace":"ns"},"policyMode":"protect","settings":{}}`,
+			want:   `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":[],"module":"registry://r/p:1","namespacedName":{"Name":"p","Namespace":"ns"},"policyMode":"protect","settings":{}}`,
+		},
+		{
+			name: "namespaced policy, no PolicyServer: no capabilities",
+			policy: &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Spec: v1.AdmissionPolicySpec{
+				WebhookSpec: webhook, ModuleSpec: cfgModule("builtin://mutating-admission-policy", "")}},
+			wantID: "namespaced-ns-p",
+			want:   `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":[],"module":"builtin://mutating-admission-policy","namespacedName":{"Name":"p","Namespace":"ns"},"policyMode":"protect","settings":{}}`,
+		},
+		{
+			name: "namespaced policy, file:// module: refused whatever the server allows",
+			policy: &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "f"}, Spec: v1.AdmissionPolicySpec{
+				WebhookSpec: webhook, ModuleSpec: cfgModule("FILE:///etc/passwd", "")}},
+			ps:      cfgPSSchemes(v1.ModuleSchemeRegistry, v1.ModuleSchemeHTTP),
+			wantID:  "namespaced-ns-f",
+			wantErr: `AdmissionPolicy ns/f|spec.module: value "FILE:///etc/passwd"|may never use file:// modules`,
+		},
+		{
+			name: "namespaced policy, http:// not in the default schemes",
+			policy: &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "h"}, Spec: v1.AdmissionPolicySpec{
+				WebhookSpec: webhook, ModuleSpec: cfgModule("http://10.0.0.1:5000/p.wasm", "")}},
+			ps:      cfgPS(),
+			wantID:  "namespaced-ns-h",
+			wantErr: `spec.module: value "http://10.0.0.1:5000/p.wasm"|PolicyServer "default" allows registry, https, builtin to namespaced policies (the default of spec.namespacedPoliciesModuleSchemes)`,
+		},
+		{
+			name: "namespaced policy, http:// allowed by the server",
+			policy: &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "h"}, Spec: v1.AdmissionPolicySpec{
+				WebhookSpec: webhook, ModuleSpec: cfgModule("http://10.0.0.1:5000/p.wasm", "")}},
+			ps:     cfgPSSchemes(v1.ModuleSchemeHTTP),
+			wantID: "namespaced-ns-h",
+			want:   `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":[],"module":"http://10.0.0.1:5000/p.wasm","namespacedName":{"Name":"h","Namespace":"ns"},"policyMode":"protect","settings":{}}`,
+		},
+		{
+			name: "namespaced group member, a scheme the server does not allow (no scheme is registry)",
+			policy: &v1.AdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"}, Spec: v1.AdmissionPolicyGroupSpec{
+				WebhookSpec: webhook, GroupSpec: v1.GroupSpec{Expression: "a() && b()", Message: "m"},
+				Policies: map[string]v1.PolicyGroupMember{"a": {ModuleSpec: cfgModule("https://h/a.wasm", "")}, "b": {ModuleSpec: cfgModule("r/b:1", "")}}}},
+			ps:      cfgPSSchemes(v1.ModuleSchemeHTTPS),
+			wantID:  "namespaced-group-ns-g",
+			wantErr: `spec.policies.b.module: value "r/b:1"|may not use registry:// modules|allows https to namespaced policies (spec.namespacedPoliciesModuleSchemes)`,
+		},
+		{
+			name: "cluster policy, file:// module: allowed",
+			policy: &v1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "f"}, Spec: v1.ClusterAdmissionPolicySpec{
+				WebhookSpec: webhook, ModuleSpec: cfgModule("file:///p.wasm", "")}},
+			ps:     cfgPSSchemes(v1.ModuleSchemeHTTPS),
+			wantID: "clusterwide-f",
+			want:   `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":["*"],"module":"file:///p.wasm","namespacedName":{"Name":"f","Namespace":""},"policyMode":"protect","settings":{}}`,
 		},
 		{
 			name: "cluster group",
@@ -227,9 +281,7 @@ func TestBuildConfigOutput(t *testing.T) {
   "namespaced-team-a-labels": {
     "allowedToMutate": false,
     "contextAwareResources": [],
-    "hostCapabilities": [
-      "*"
-    ],
+    "hostCapabilities": [],
     "module": "registry://ghcr.io/kubewarden/policies/safe-labels:v1.0.0",
     "namespacedName": {
       "Name": "labels",

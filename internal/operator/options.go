@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Options configure the controller. The zero value of a field means its default.
@@ -35,12 +38,21 @@ type Options struct {
 	// Namespace without evaluation, so a broken policy cannot lock tollgate out of its own
 	// namespace.
 	AlwaysAcceptAdmissionReviewsOnNamespace bool
+	// SkipNamespaces are left out of every cluster-wide policy's webhook, as Namespace is,
+	// unless the policy names them in spec.includeSkippedNamespaces: a down or broken policy
+	// server must not block what keeps the cluster running. nil means DefaultSkipNamespaces;
+	// an empty non-nil list skips none.
+	SkipNamespaces []string
 	// StatusPollInterval is how often a pending policy's servers are asked whether they
 	// serve it.
 	StatusPollInterval time.Duration
 	// Logger receives the controller's structured logs.
 	Logger *slog.Logger
 }
+
+// DefaultSkipNamespaces are the namespaces cluster-wide policies leave out by default: the
+// control plane's add-ons and the nodes' heartbeat Leases.
+var DefaultSkipNamespaces = []string{"kube-system", "kube-node-lease"}
 
 // ErrOptions reports an invalid option.
 var ErrOptions = errors.New("controller: invalid options")
@@ -83,6 +95,14 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.SkipNamespaces == nil {
+		o.SkipNamespaces = DefaultSkipNamespaces
+	}
+	for _, ns := range o.SkipNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return o, fmt.Errorf("%w: skip-namespaces: %q is not a namespace name: %s", ErrOptions, ns, strings.Join(errs, "; "))
+		}
 	}
 	if o.RenewBefore >= o.CertValidity {
 		return o, fmt.Errorf("%w: cert-renew-before %s must be shorter than cert-validity %s", ErrOptions, o.RenewBefore, o.CertValidity)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -81,6 +83,9 @@ const (
 	// ReasonOlderConfigurationReachable: some ready replica serves another configuration.
 	ReasonOlderConfigurationReachable = "OlderConfigurationReachable"
 )
+
+// ReasonSecretsDeclared is the reason of the ReadsSecrets condition and of its Warning Event.
+const ReasonSecretsDeclared = "SecretsInContextAwareResources"
 
 // slowPollFactor slows polling where nothing is expected soon: a policy that failed to load
 // (the server retries failed policies on its own, after 30 s at first), a server without
@@ -324,6 +329,7 @@ func (r *policyReconciler) writeStatus(ctx context.Context, p v1.Policy, before 
 func (r *policyReconciler) reconcileStage(ctx context.Context, p v1.Policy, id string, before *v1.PolicyStatus) (reconcile.Result, error) {
 	p.PolicyStatus().ObservedGeneration = p.GetGeneration()
 	psName := policyServerName(p)
+	r.warnSecrets(p, psName, before)
 
 	ps, done, err := r.stageScheduled(ctx, p, id, psName)
 	if done || err != nil {
@@ -576,6 +582,58 @@ func (r *policyReconciler) setVersionConditions(p v1.Policy, v verdict) {
 		r.setCondition(p, v1.ConditionPolicyUniquelyReachable, metav1.ConditionFalse, ReasonOlderConfigurationReachable,
 			fmt.Sprintf("%d of %d ready replicas serve another configuration", v.other, v.asked))
 	}
+}
+
+// warnSecrets sets the ReadsSecrets condition of a cluster-wide policy that declares Secrets in
+// its contextAwareResources (or a group member that does), with a Warning Event when it
+// appears or its message changes, and removes the condition otherwise: the ClusterRole the
+// controller writes then lets the policy server read every Secret of the cluster.
+func (r *policyReconciler) warnSecrets(p v1.Policy, psName string, before *v1.PolicyStatus) {
+	who := declaresSecrets(p)
+	if len(who) == 0 {
+		meta.RemoveStatusCondition(&p.PolicyStatus().Conditions, v1.ConditionReadsSecrets)
+		return
+	}
+	verb := "declare"
+	if len(who) == 1 {
+		verb = "declares"
+	}
+	msg := fmt.Sprintf("%s %s Secrets (v1) in contextAwareResources: PolicyServer %q gets get, list and watch on every Secret "+
+		"of the cluster (ClusterRole %s), and the policy reads any of them; keep such policies on a PolicyServer of their own",
+		strings.Join(who, ", "), verb, psName, ContextAwareRoleName(psName))
+	r.setCondition(p, v1.ConditionReadsSecrets, metav1.ConditionTrue, ReasonSecretsDeclared, msg)
+	if b := meta.FindStatusCondition(before.Conditions, v1.ConditionReadsSecrets); b != nil && b.Message == msg {
+		return
+	}
+	r.events.Event(p, corev1.EventTypeWarning, ReasonSecretsDeclared, msg)
+}
+
+// declaresSecrets names what of p declares core/v1 Secrets in contextAwareResources: "the
+// policy", or its members ("member NAME").
+func declaresSecrets(p v1.Policy) []string {
+	secret := func(rs []v1.ContextAwareResource) bool {
+		for _, r := range rs {
+			if r.Kind == "Secret" && r.APIVersion == "v1" {
+				return true
+			}
+		}
+		return false
+	}
+	switch p := p.(type) {
+	case *v1.ClusterAdmissionPolicy:
+		if secret(p.Spec.ContextAwareResources) {
+			return []string{"the policy"}
+		}
+	case *v1.ClusterAdmissionPolicyGroup:
+		var who []string
+		for _, name := range slices.Sorted(maps.Keys(p.Spec.Policies)) {
+			if secret(p.Spec.Policies[name].ContextAwareResources) {
+				who = append(who, "member "+name)
+			}
+		}
+		return who
+	}
+	return nil
 }
 
 // warnOnChange emits the PolicyActive condition's message as a Warning Event, once per

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -974,5 +975,56 @@ func BenchmarkReconcileActive(b *testing.B) {
 	}
 	if n := e.writes.Load() - writes; n != 0 {
 		b.Fatalf("%d writes", n)
+	}
+}
+
+// TestReadsSecretsWarning: a cluster-wide policy (or a group member) that declares Secrets in
+// contextAwareResources gets the ReadsSecrets condition and one Warning Event; the condition
+// goes when the declaration does.
+func TestReadsSecretsWarning(t *testing.T) {
+	p := cap1("secrets")
+	p.Spec.ContextAwareResources = []v1.ContextAwareResource{{APIVersion: "v1", Kind: "ConfigMap"}, {APIVersion: "v1", Kind: "Secret"}}
+	e := newEnv(t, policyServer("default"), p)
+	e.addServer("default").serve(e.writeConfig("default", p), ready("clusterwide-secrets"))
+	e.reconcile(p)
+	wantStage(t, p, v1.PolicyStatusActive, ReasonPolicyActive)
+	wantCondition(t, p, v1.ConditionReadsSecrets, metav1.ConditionTrue, ReasonSecretsDeclared)
+	warned := func(evs []string) bool {
+		return slices.ContainsFunc(evs, func(s string) bool { return strings.HasPrefix(s, "Warning "+ReasonSecretsDeclared) })
+	}
+	if evs := e.events(); !warned(evs) {
+		t.Errorf("no Warning %s event: %q", ReasonSecretsDeclared, evs)
+	}
+	c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReadsSecrets)
+	for _, s := range []string{"the policy declares Secrets", `PolicyServer "default"`, "tollgate-policy-server-default-context-aware"} {
+		if !strings.Contains(c.Message, s) {
+			t.Errorf("message %q lacks %q", c.Message, s)
+		}
+	}
+	e.reconcile(p) // a second reconcile is quiet
+	if evs := e.events(); warned(evs) {
+		t.Errorf("a second reconcile warned again: %v", evs)
+	}
+	p.Spec.ContextAwareResources = p.Spec.ContextAwareResources[:1]
+	if err := e.c.Update(e.ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile(p)
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReadsSecrets); c != nil {
+		t.Errorf("ReadsSecrets still set: %+v", c)
+	}
+
+	g := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "g"}}
+	g.Spec.Policies = map[string]v1.ClusterPolicyGroupMember{
+		"b": {ContextAwareResources: []v1.ContextAwareResource{{APIVersion: "v1", Kind: "Secret"}}},
+		"a": {ContextAwareResources: []v1.ContextAwareResource{{APIVersion: "v1", Kind: "Secret"}}},
+		"c": {ContextAwareResources: []v1.ContextAwareResource{{APIVersion: "example.com/v1", Kind: "Secret"}}},
+	}
+	if got := declaresSecrets(g); !slices.Equal(got, []string{"member a", "member b"}) {
+		t.Errorf("declaresSecrets(group) = %q", got)
+	}
+	ap := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "a"}}
+	if got := declaresSecrets(ap); got != nil {
+		t.Errorf("declaresSecrets(AdmissionPolicy) = %q", got)
 	}
 }

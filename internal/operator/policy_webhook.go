@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +84,7 @@ func renderWebhook(p v1.Policy, id string, o Options, caBundle []byte, entryDige
 		objSel = spec.ObjectSelector.DeepCopy()
 	}
 	rules := webhookRules(p)
-	nsSel := webhookNamespaceSelector(p, o.Namespace)
+	nsSel := webhookNamespaceSelector(p, o)
 	conds := webhookMatchConditions(spec.MatchConditions)
 	versions := []string{"v1"}
 
@@ -155,10 +156,11 @@ func webhookRules(p v1.Policy) []admv1.RuleWithOperations {
 }
 
 // webhookNamespaceSelector: a namespaced policy sees its own namespace only; a cluster-wide one
-// sees the namespaces its selector selects (every one without a selector), the controller's
-// namespace left out unless it allows itself inside. Unlike Kubewarden, the user's matchLabels
+// sees the namespaces its selector selects (every one without a selector), leaving out the
+// controller's namespace unless it allows itself inside, and the skipped namespaces
+// (Options.SkipNamespaces) but those it includes. Unlike Kubewarden, the user's matchLabels
 // are kept next to the added expression.
-func webhookNamespaceSelector(p v1.Policy, controllerNamespace string) *metav1.LabelSelector {
+func webhookNamespaceSelector(p v1.Policy, o Options) *metav1.LabelSelector {
 	if p.IsNamespaced() {
 		return &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: p.GetNamespace()}}
 	}
@@ -167,13 +169,23 @@ func webhookNamespaceSelector(p v1.Policy, controllerNamespace string) *metav1.L
 	if user != nil {
 		sel = user.DeepCopy()
 	}
-	if allowInside {
+	var out []string
+	if !allowInside {
+		out = append(out, o.Namespace)
+	}
+	included := p.IncludedSkippedNamespaces()
+	for _, ns := range o.SkipNamespaces {
+		if !slices.Contains(included, ns) && !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	if len(out) == 0 {
 		return sel
 	}
 	sel.MatchExpressions = append([]metav1.LabelSelectorRequirement{{
 		Key:      corev1.LabelMetadataName,
 		Operator: metav1.LabelSelectorOpNotIn,
-		Values:   []string{controllerNamespace},
+		Values:   out,
 	}}, sel.MatchExpressions...)
 	return sel
 }

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
@@ -193,5 +194,61 @@ func TestApplyWebhookWritesOnlyChanges(t *testing.T) {
 	}
 	if deleted, err := deleteWebhooks(e.ctx, e.c, q, "clusterwide-group-x", nil); err != nil || !deleted {
 		t.Errorf("own webhook: deleted %v, err %v", deleted, err)
+	}
+}
+
+// TestWebhookSkipsNamespaces: cluster-wide policies leave out the controller's namespace and the
+// skipped namespaces (kube-system and kube-node-lease by default) unless they include them;
+// namespaced policies see their namespace whatever is skipped.
+func TestWebhookSkipsNamespaces(t *testing.T) {
+	o, err := Options{Namespace: testNS}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	notIn := func(ns ...string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: ns}}}
+	}
+	capol := func(inside bool, include ...string) *v1.ClusterAdmissionPolicy {
+		p := &v1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+		p.Spec.AllowInsideAdmissionControllerNamespace = inside
+		p.Spec.IncludeSkippedNamespaces = include
+		return p
+	}
+	capg := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "g"}}
+	capg.Spec.IncludeSkippedNamespaces = []string{"kube-node-lease"}
+	ap := &v1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "a"}}
+	for _, tc := range []struct {
+		name string
+		p    v1.Policy
+		o    Options
+		want *metav1.LabelSelector
+	}{
+		{"defaults", capol(false), o, notIn(testNS, "kube-system", "kube-node-lease")},
+		{"kube-system included", capol(false, "kube-system"), o, notIn(testNS, "kube-node-lease")},
+		{"a namespace that is not skipped changes nothing", capol(false, "shop"), o, notIn(testNS, "kube-system", "kube-node-lease")},
+		{"inside the controller's namespace", capol(true), o, notIn("kube-system", "kube-node-lease")},
+		{"everything included", capol(true, "kube-node-lease", "kube-system"), o, &metav1.LabelSelector{}},
+		{"group", capg, o, notIn(testNS, "kube-system")},
+		{"nothing skipped", capol(false), Options{Namespace: testNS, SkipNamespaces: []string{}}, notIn(testNS)},
+		{"the controller's namespace skipped too", capol(true), Options{Namespace: testNS, SkipNamespaces: []string{testNS, "infra"}}, notIn(testNS, "infra")},
+		{"a namespaced policy in a skipped namespace", ap, o, &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := webhookNamespaceSelector(tc.p, tc.o); !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("namespaceSelector %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		skip []string
+		err  string
+	}{
+		{[]string{"kube-system", "Kube_System"}, `skip-namespaces: "Kube_System" is not a namespace name`},
+		{[]string{""}, `skip-namespaces: "" is not a namespace name`},
+	} {
+		if _, err := (Options{Namespace: testNS, SkipNamespaces: tc.skip}).withDefaults(); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("SkipNamespaces %q: err %v, want %q", tc.skip, err, tc.err)
+		}
 	}
 }

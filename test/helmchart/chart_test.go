@@ -121,7 +121,8 @@ func TestDefaults(t *testing.T) {
 	wantArgs := []string{
 		"controller", "--namespace=$(POD_NAMESPACE)", "--leader-elect=true", "--metrics-bind-address=:8088",
 		"--health-probe-bind-address=:8089", "--ca-secret=tollgate-ca",
-		"--always-accept-admission-reviews-on-deployments-namespace=true", "--log-level=info", "--log-fmt=json",
+		"--always-accept-admission-reviews-on-deployments-namespace=true", "--skip-namespaces=kube-system,kube-node-lease",
+		"--log-level=info", "--log-fmt=json",
 	}
 	c := checkDeployment(t, &d, ctrl, wantArgs, 8088, 8089)
 	if c.Image != "ghcr.io/tollgate-dev/tollgate:"+appVersion(t) || c.ImagePullPolicy != corev1.PullIfNotPresent {
@@ -149,7 +150,8 @@ func TestDefaults(t *testing.T) {
 	var server v1.PolicyServer
 	get(t, m, "PolicyServer/default", &server)
 	if server.APIVersion != "policies.tollgate.dev/v1" || server.Spec.Image != "ghcr.io/tollgate-dev/tollgate:"+appVersion(t) ||
-		server.Spec.Replicas != 1 || !slices.Equal(server.Spec.NamespacedPoliciesCapabilities, []v1.HostCapability{"*"}) ||
+		server.Spec.Replicas != 1 || server.Spec.NamespacedPoliciesCapabilities == nil || len(server.Spec.NamespacedPoliciesCapabilities) != 0 ||
+		server.Spec.NamespacedPoliciesModuleSchemes != nil ||
 		server.Spec.MinAvailable != nil || server.Spec.MaxUnavailable != nil || server.Spec.ServiceAccountName != "" ||
 		len(server.Spec.Env) != 0 || len(server.Spec.SourceAuthorities) != 0 || len(server.Spec.InsecureSources) != 0 {
 		t.Errorf("default PolicyServer %+v", server)
@@ -175,8 +177,8 @@ func TestAllValues(t *testing.T) {
 	wantArgs := []string{
 		"controller", "--namespace=$(POD_NAMESPACE)", "--leader-elect=false", "--metrics-bind-address=:9090",
 		"--health-probe-bind-address=:9091", "--ca-secret=my-ca",
-		"--always-accept-admission-reviews-on-deployments-namespace=false", "--log-level=debug", "--log-fmt=text",
-		"--cert-validity=720h", "--ca-validity=8760h",
+		"--always-accept-admission-reviews-on-deployments-namespace=false", "--skip-namespaces=kube-system,infra",
+		"--log-level=debug", "--log-fmt=text", "--cert-validity=720h", "--ca-validity=8760h",
 	}
 	c := checkDeployment(t, &d, ctrl, wantArgs, 9090, 9091)
 	p := d.Spec.Template.Spec
@@ -223,6 +225,7 @@ func TestAllValues(t *testing.T) {
 		!slices.Equal(s.InsecureSources, []string{"registry.local:5000"}) ||
 		len(s.SourceAuthorities["registry.internal:5443"]) != 1 || !strings.Contains(s.SourceAuthorities["registry.internal:5443"][0], "BEGIN CERTIFICATE") ||
 		!slices.Equal(s.NamespacedPoliciesCapabilities, []v1.HostCapability{"oci/*", "kubernetes/can_i"}) ||
+		!slices.Equal(s.NamespacedPoliciesModuleSchemes, []v1.ModuleScheme{"registry", "https"}) ||
 		s.Limits.Cpu().Cmp(mustQ("2")) != 0 || s.Requests.Memory().Cmp(mustQ("256Mi")) != 0 ||
 		s.MinAvailable == nil || *s.MinAvailable != intstr.FromInt32(2) || s.MaxUnavailable != nil ||
 		len(s.Env) != 2 || s.Env[1].ValueFrom == nil || s.Env[1].ValueFrom.FieldRef.FieldPath != "spec.nodeName" ||
@@ -259,6 +262,13 @@ func TestPolicyServerVariants(t *testing.T) {
 			get(t, m, "PolicyServer/default", &ps)
 			if ps.Spec.NamespacedPoliciesCapabilities == nil || len(ps.Spec.NamespacedPoliciesCapabilities) != 0 {
 				t.Errorf("an empty list (no capability) must be rendered as []: %s", m["PolicyServer/default"].json)
+			}
+		}},
+		{"nothing skipped", []string{"--set-json=skipNamespaces=[]"}, func(t *testing.T, m map[string]object) {
+			var d appsv1.Deployment
+			get(t, m, "Deployment/tollgate-controller", &d)
+			if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--skip-namespaces=") {
+				t.Errorf("skipNamespaces=[]: args %q, want --skip-namespaces=", d.Spec.Template.Spec.Containers[0].Args)
 			}
 		}},
 		{"controller replicas", []string{"replicas=3"}, func(t *testing.T, m map[string]object) {
@@ -309,6 +319,8 @@ func TestSchemaRefuses(t *testing.T) {
 		{"logFormat=xml", "at '/logFormat'"},
 		{"extraArgs[0]=rm", "at '/extraArgs/0'"},
 		{"contextAwarePolicies=maybe", "at '/contextAwarePolicies'"},
+		{"skipNamespaces={kube_system}", "at '/skipNamespaces/0': 'kube_system' does not match pattern"},
+		{"policyServer.namespacedPoliciesModuleSchemes={file}", "at '/policyServer/namespacedPoliciesModuleSchemes/0': value must be one of"},
 		{"imagee.tag=v1", "additional properties 'imagee' not allowed"},
 		{"image.pullPolicy=Sometimes", "at '/image/pullPolicy'"},
 		{"image.tag=v1+meta", "at '/image/tag'"},

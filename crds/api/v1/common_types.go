@@ -48,6 +48,10 @@ const (
 	ConditionConfigurationUpToDate = "PolicyServerConfigurationUpToDate"
 	// ConditionPolicyUniquelyReachable is True when no replica serves an older configuration.
 	ConditionPolicyUniquelyReachable = "PolicyUniquelyReachable"
+	// ConditionReadsSecrets is True (a warning) on a cluster-wide policy whose
+	// contextAwareResources include Secrets: its PolicyServer may then read every Secret of
+	// the cluster. Absent otherwise.
+	ConditionReadsSecrets = "ReadsSecrets"
 )
 
 // FailurePolicyType is what the apiserver does when the webhook cannot be called.

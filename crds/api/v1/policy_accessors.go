@@ -26,6 +26,9 @@ type Policy interface {
 	// Selector returns the namespace selector of a cluster-wide policy (nil if none), and
 	// whether the policy may see the controller's own namespace.
 	Selector() (sel *metav1.LabelSelector, allowInsideControllerNamespace bool)
+	// IncludedSkippedNamespaces returns the skipped namespaces a cluster-wide policy sees
+	// anyway (spec.includeSkippedNamespaces; nil for namespaced policies).
+	IncludedSkippedNamespaces() []string
 }
 
 var (
@@ -45,6 +48,10 @@ func (p *ClusterAdmissionPolicy) Selector() (*metav1.LabelSelector, bool) {
 	return p.Spec.NamespaceSelector, p.Spec.AllowInsideAdmissionControllerNamespace
 }
 
+func (p *ClusterAdmissionPolicy) IncludedSkippedNamespaces() []string {
+	return p.Spec.IncludeSkippedNamespaces
+}
+
 func (p *AdmissionPolicy) PolicyKind() string                      { return "AdmissionPolicy" }
 func (p *AdmissionPolicy) Webhook() *WebhookSpec                   { return &p.Spec.WebhookSpec }
 func (p *AdmissionPolicy) PolicyStatus() *PolicyStatus             { return &p.Status }
@@ -52,6 +59,7 @@ func (p *AdmissionPolicy) IsMutating() bool                        { return p.Sp
 func (p *AdmissionPolicy) IsGroup() bool                           { return false }
 func (p *AdmissionPolicy) IsNamespaced() bool                      { return true }
 func (p *AdmissionPolicy) Selector() (*metav1.LabelSelector, bool) { return nil, false }
+func (p *AdmissionPolicy) IncludedSkippedNamespaces() []string     { return nil }
 
 func (p *ClusterAdmissionPolicyGroup) PolicyKind() string          { return "ClusterAdmissionPolicyGroup" }
 func (p *ClusterAdmissionPolicyGroup) Webhook() *WebhookSpec       { return &p.Spec.WebhookSpec }
@@ -63,6 +71,10 @@ func (p *ClusterAdmissionPolicyGroup) Selector() (*metav1.LabelSelector, bool) {
 	return p.Spec.NamespaceSelector, p.Spec.AllowInsideAdmissionControllerNamespace
 }
 
+func (p *ClusterAdmissionPolicyGroup) IncludedSkippedNamespaces() []string {
+	return p.Spec.IncludeSkippedNamespaces
+}
+
 func (p *AdmissionPolicyGroup) PolicyKind() string                      { return "AdmissionPolicyGroup" }
 func (p *AdmissionPolicyGroup) Webhook() *WebhookSpec                   { return &p.Spec.WebhookSpec }
 func (p *AdmissionPolicyGroup) PolicyStatus() *PolicyStatus             { return &p.Status }
@@ -70,3 +82,4 @@ func (p *AdmissionPolicyGroup) IsMutating() bool                        { return
 func (p *AdmissionPolicyGroup) IsGroup() bool                           { return true }
 func (p *AdmissionPolicyGroup) IsNamespaced() bool                      { return true }
 func (p *AdmissionPolicyGroup) Selector() (*metav1.LabelSelector, bool) { return nil, false }
+func (p *AdmissionPolicyGroup) IncludedSkippedNamespaces() []string     { return nil }

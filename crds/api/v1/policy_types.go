@@ -25,6 +25,17 @@ type ClusterAdmissionPolicySpec struct {
 	// +optional
 	AllowInsideAdmissionControllerNamespace bool `json:"allowInsideAdmissionControllerNamespace,omitempty"`
 
+	// IncludeSkippedNamespaces names namespaces that the controller leaves out of every
+	// cluster-wide policy (its --skip-namespaces: kube-system and kube-node-lease unless the
+	// chart's skipNamespaces says otherwise) and that this policy sees anyway. A name that is
+	// not skipped changes nothing.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	// +optional
+	IncludeSkippedNamespaces []string `json:"includeSkippedNamespaces,omitempty"`
+
 	// ContextAwareResources are the kinds the policy may read from the cluster.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
@@ -107,6 +118,15 @@ type ClusterAdmissionPolicyGroupSpec struct {
 	// tollgate runs in.
 	// +optional
 	AllowInsideAdmissionControllerNamespace bool `json:"allowInsideAdmissionControllerNamespace,omitempty"`
+
+	// IncludeSkippedNamespaces names namespaces that the controller leaves out of every
+	// cluster-wide policy (its --skip-namespaces) and that this group sees anyway.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	// +optional
+	IncludeSkippedNamespaces []string `json:"includeSkippedNamespaces,omitempty"`
 }
 
 // AdmissionPolicyGroupSpec is the desired state of an AdmissionPolicyGroup.

@@ -11,6 +11,22 @@ import (
 // +kubebuilder:validation:Enum="*";"oci/*";"oci/v1/*";"oci/v2/*";"oci/v1/verify";"oci/v2/verify";"oci/v1/manifest_digest";"oci/v1/oci_manifest";"oci/v1/oci_manifest_config";"net/*";"net/v1/*";"net/v1/dns_lookup_host";"crypto/*";"crypto/v1/*";"crypto/v1/is_certificate_trusted";"kubernetes/*";"kubernetes/list_resources_by_namespace";"kubernetes/list_resources_all";"kubernetes/get_resource";"kubernetes/can_i"
 type HostCapability string
 
+// ModuleScheme is a module URI scheme a namespaced policy may use. file is not one of them.
+// +kubebuilder:validation:Enum=registry;https;http;builtin
+type ModuleScheme string
+
+// Module schemes.
+const (
+	ModuleSchemeRegistry ModuleScheme = "registry"
+	ModuleSchemeHTTPS    ModuleScheme = "https"
+	ModuleSchemeHTTP     ModuleScheme = "http"
+	ModuleSchemeBuiltin  ModuleScheme = "builtin"
+)
+
+// DefaultNamespacedPoliciesModuleSchemes are the schemes namespaced policies may use when a
+// PolicyServer's namespacedPoliciesModuleSchemes is unset.
+var DefaultNamespacedPoliciesModuleSchemes = []ModuleScheme{ModuleSchemeRegistry, ModuleSchemeHTTPS, ModuleSchemeBuiltin}
+
 // PolicyServerSecurity sets the security contexts of the policy server's pods.
 type PolicyServerSecurity struct {
 	// Container is the container's security context.
@@ -112,11 +128,23 @@ type PolicyServerSpec struct {
 	PriorityClassName string `json:"priorityClassName,omitempty"`
 
 	// NamespacedPoliciesCapabilities are the host capabilities AdmissionPolicies and
-	// AdmissionPolicyGroups on this server may use (cluster-wide policies may use all).
+	// AdmissionPolicyGroups on this server may use (cluster-wide policies may use all). None
+	// when unset: a tenant's policy gets a host capability (the server's Kubernetes client,
+	// its registry credentials, DNS) only when this lists it.
 	// +kubebuilder:validation:MaxItems=20
 	// +listType=set
 	// +optional
 	NamespacedPoliciesCapabilities []HostCapability `json:"namespacedPoliciesCapabilities,omitempty"`
+
+	// NamespacedPoliciesModuleSchemes are the module URI schemes AdmissionPolicies and
+	// AdmissionPolicyGroups on this server may use (registry, https, http, builtin; a module
+	// without a scheme is registry). Unset: registry, https and builtin. file is never allowed
+	// to them: the module would be read from the policy server's file system.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +listType=set
+	// +optional
+	NamespacedPoliciesModuleSchemes []ModuleScheme `json:"namespacedPoliciesModuleSchemes,omitempty"`
 
 	// WebhookPort is the container port of the HTTPS webhook.
 	// +kubebuilder:default=8443
