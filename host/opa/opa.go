@@ -117,8 +117,7 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 		}
 	}
 	rctx := context.WithoutCancel(ctx)
-	m.rt = wazero.NewRuntimeWithConfig(rctx, wazero.NewRuntimeConfigCompiler().
-		WithCompilationCache(cache).
+	m.rt = wazero.NewRuntimeWithConfig(rctx, wasm.NewRuntimeConfig(cache).
 		WithCloseOnContextDone(m.interrupt == ""))
 	fail := func(err error) (*Module, error) {
 		_ = m.rt.Close(rctx)
@@ -129,7 +128,7 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	}
 	m.cm, err = m.rt.CompileModule(ctx, code)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w", wasm.ErrCompile, err))
+		return fail(wasm.CompileError(code, err))
 	}
 	m.slots = make(chan struct{}, cfg.PoolSize)
 	m.idle = make(chan *instance, cfg.PoolSize)

@@ -156,9 +156,7 @@ type compiled struct {
 // wasm.CompileFunc).
 func compileCommand(ctx context.Context, code []byte, cache wazero.CompilationCache) (compiled, func(), error) {
 	rctx := context.WithoutCancel(ctx)
-	rt := wazero.NewRuntimeWithConfig(rctx, wazero.NewRuntimeConfigCompiler().
-		WithCompilationCache(cache).
-		WithCloseOnContextDone(true))
+	rt := wazero.NewRuntimeWithConfig(rctx, wasm.NewRuntimeConfig(cache).WithCloseOnContextDone(true))
 	fail := func(err error) (compiled, func(), error) {
 		_ = rt.Close(rctx)
 		return compiled{}, nil, err
@@ -178,7 +176,7 @@ func compileCommand(ctx context.Context, code []byte, cache wazero.CompilationCa
 	}
 	cm, err := rt.CompileModule(ctx, code)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w", wasm.ErrCompile, err))
+		return fail(wasm.CompileError(code, err))
 	}
 	return compiled{rt, cm}, func() { _ = rt.Close(rctx) }, nil
 }

@@ -401,7 +401,7 @@ func (e *Engine) newWapcModule(ctx context.Context, code []byte, cache wazero.Co
 		Stderr: &lineLogger{logger: logger, stream: "stderr"},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+		return nil, CompileError(code, err)
 	}
 	return wm, nil
 }
@@ -425,9 +425,7 @@ func (e *Engine) newRuntime(ctx context.Context, cache wazero.CompilationCache, 
 	// The host modules are instantiated whatever the context of the compile
 	// (cacheOnlyContext is cancelled).
 	ctx = context.WithoutCancel(ctx)
-	rc := wazero.NewRuntimeConfigCompiler().
-		WithCompilationCache(cache).
-		WithCloseOnContextDone(interrupt == "")
+	rc := NewRuntimeConfig(cache).WithCloseOnContextDone(interrupt == "")
 	r := wazero.NewRuntimeWithConfig(ctx, rc)
 
 	b := r.NewHostModuleBuilder(wasi_snapshot_preview1.ModuleName)

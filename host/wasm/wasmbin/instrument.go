@@ -221,8 +221,7 @@ func checkGlobals(p []byte) (uint64, error) {
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		r.valType()
 		r.byte()
-		for r.err == nil && r.instruction() != 0x0b {
-		}
+		r.constExpr()
 	}
 	if r.err == nil && r.off != len(p) {
 		r.fail(fmt.Errorf("%w: %d bytes after the last global", ErrMalformed, len(p)-r.off))
@@ -262,10 +261,10 @@ func countImports(p []byte) (globals, memories uint64, err error) {
 		case 0: // func: type index
 			r.u32()
 		case 1: // table: reftype, limits
-			r.byte()
+			r.refType()
 			r.limits()
 		case 2: // memory: limits
-			r.limits()
+			r.memLimits()
 			memories++
 		case 3: // global: valtype, mutability
 			r.valType()
@@ -349,11 +348,16 @@ func instrumentBody(out []byte, r *reader, check []byte) ([]byte, error) {
 }
 
 // reader decodes from b; the first error sticks and later reads return zero.
+// It records in used the proposals past WebAssembly 2.0 whose types and
+// instructions it reads (see Proposals).
 type reader struct {
-	b   []byte
-	off int
-	err error
+	b    []byte
+	off  int
+	err  error
+	used Proposal
 }
+
+func (r *reader) use(p Proposal) { r.used |= p }
 
 func (r *reader) fail(err error) {
 	if r.err == nil {
@@ -430,17 +434,36 @@ func (r *reader) name() {
 	r.skip(int(n))
 }
 
-func (r *reader) limits() {
+// limits reads the limits of a table or memory and records the proposals
+// its flags belong to (threads' shared, memory64's 64-bit indexes,
+// custom-page-sizes' page size), and returns the flags.
+func (r *reader) limits() byte {
 	flags := r.byte()
+	if r.err != nil {
+		return 0
+	}
+	if flags&0x02 != 0 {
+		r.use(ProposalThreads)
+	}
+	if flags&0x04 != 0 {
+		r.use(ProposalMemory64)
+	}
+	if flags&0x08 != 0 {
+		r.use(ProposalCustomPageSizes)
+	}
 	if flags > 7 {
 		r.fail(fmt.Errorf("%w: limits flags 0x%02x", ErrUnsupported, flags))
-		return
+		return flags
 	}
 	r.leb(64, false)
 	if flags&1 != 0 {
 		r.leb(64, false)
 	}
+	return flags
 }
+
+// memLimits reads the limits of a memory.
+func (r *reader) memLimits() { r.limits() }
 
 func isValType(c byte) bool {
 	switch c {
@@ -450,10 +473,67 @@ func isValType(c byte) bool {
 	return false
 }
 
+// Reference type prefixes of the function-references proposal: (ref null ht)
+// and (ref ht), each followed by a heap type.
+const (
+	refNull = 0x63
+	ref     = 0x64
+)
+
+// valType reads a value type: a number, vector or reference type, including
+// the typed references of function-references ((ref null? ht)).
 func (r *reader) valType() {
 	c := r.byte()
-	if r.err == nil && !isValType(c) {
+	switch {
+	case r.err != nil:
+	case c == refNull || c == ref:
+		r.use(ProposalFunctionReferences)
+		r.heapType()
+	case isValType(c):
+	default:
+		r.useValType(c)
 		r.fail(fmt.Errorf("%w: value type 0x%02x", ErrUnsupported, c))
+	}
+}
+
+// refType reads a reference type (a table's element type).
+func (r *reader) refType() {
+	r.valType()
+}
+
+// heapType reads the heap type of a typed reference: func, extern or a type
+// index. The abstract heap types of gc and exception-handling are recorded
+// and refused.
+func (r *reader) heapType() {
+	if r.err != nil {
+		return
+	}
+	if r.off < len(r.b) {
+		switch c := r.b[r.off]; c {
+		case 0x70, 0x6f: // func, extern
+			r.off++
+			return
+		default:
+			if c >= 0x40 && c < 0x80 { // a negative one-byte s33: an abstract heap type
+				r.off++
+				r.useValType(c)
+				r.fail(fmt.Errorf("%w: heap type 0x%02x", ErrUnsupported, c))
+				return
+			}
+		}
+	}
+	if _, neg := r.leb(33, true); neg && r.err == nil {
+		r.fail(fmt.Errorf("%w: heap type", ErrUnsupported))
+	}
+}
+
+// useValType records the proposal a value or heap type byte belongs to.
+func (r *reader) useValType(c byte) {
+	switch c {
+	case 0x6e, 0x6d, 0x6c, 0x6b, 0x6a, 0x71, 0x72, 0x73: // any, eq, i31, struct, array, none, noextern, nofunc
+		r.use(ProposalGC)
+	case 0x69, 0x74: // exn, noexn
+		r.use(ProposalExceptionHandling)
 	}
 }
 
@@ -467,9 +547,14 @@ func (r *reader) blockType() {
 			r.off++
 			return
 		}
+		if c == refNull || c == ref {
+			r.valType()
+			return
+		}
 	}
 	_, neg := r.leb(33, true)
 	if neg {
+		r.useValType(r.b[r.off-1])
 		r.fail(fmt.Errorf("%w: block type 0x%02x", ErrUnsupported, r.b[r.off-1]))
 	}
 }
@@ -477,6 +562,7 @@ func (r *reader) blockType() {
 func (r *reader) memarg() {
 	align := r.u32()
 	if align&0x40 != 0 {
+		r.use(ProposalMultiMemory)
 		r.u32() // memory index (multi-memory)
 	}
 	r.leb(64, false) // offset (u64 for memory64)
@@ -486,21 +572,40 @@ func (r *reader) memarg() {
 func (r *reader) instruction() byte {
 	op := r.byte()
 	switch {
-	case op <= 0x01, op == 0x05, op == 0x0a, op == 0x0b, op == 0x0f, op == 0x19, op == 0x1a, op == 0x1b:
-		// unreachable, nop, else, throw_ref, end, return, catch_all, drop, select
-	case op == 0x02, op == 0x03, op == 0x04, op == 0x06: // block, loop, if, try
+	case op <= 0x01, op == 0x05, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b:
+		// unreachable, nop, else, end, return, drop, select
+	case op == 0x0a, op == 0x19: // throw_ref, catch_all
+		r.use(ProposalExceptionHandling)
+	case op == 0x02, op == 0x03, op == 0x04: // block, loop, if
 		r.blockType()
-	case op == 0x07, op == 0x08, op == 0x09, op == 0x0c, op == 0x0d, op == 0x10, op == 0x12,
-		op == 0x14, op == 0x15, op == 0x18:
-		// catch, throw (tag), rethrow, br, br_if (label), call, return_call (func),
-		// call_ref, return_call_ref (type), delegate (label)
+	case op == 0x06: // try
+		r.use(ProposalExceptionHandling)
+		r.blockType()
+	case op == 0x0c, op == 0x0d, op == 0x10: // br, br_if (label), call (func)
+		r.u32()
+	case op == 0x07, op == 0x08, op == 0x09, op == 0x18:
+		// catch, throw (tag), rethrow, delegate (label)
+		r.use(ProposalExceptionHandling)
+		r.u32()
+	case op == 0x12: // return_call (func)
+		r.use(ProposalTailCall)
+		r.u32()
+	case op == 0x14: // call_ref (type)
+		r.use(ProposalFunctionReferences)
+		r.u32()
+	case op == 0x15: // return_call_ref (type)
+		r.use(ProposalTailCall | ProposalFunctionReferences)
 		r.u32()
 	case op == 0x0e: // br_table
 		n := r.u32()
 		for i := uint32(0); i <= n && r.err == nil; i++ {
 			r.u32()
 		}
-	case op == 0x11, op == 0x13: // call_indirect, return_call_indirect: type, table
+	case op == 0x11: // call_indirect: type, table
+		r.u32()
+		r.u32()
+	case op == 0x13: // return_call_indirect: type, table
+		r.use(ProposalTailCall)
 		r.u32()
 		r.u32()
 	case op == 0x1c: // select t*
@@ -509,6 +614,7 @@ func (r *reader) instruction() byte {
 			r.valType()
 		}
 	case op == 0x1f: // try_table
+		r.use(ProposalExceptionHandling)
 		r.blockType()
 		n := r.u32()
 		for i := uint32(0); i < n && r.err == nil; i++ {
@@ -527,7 +633,9 @@ func (r *reader) instruction() byte {
 	case op >= 0x28 && op <= 0x3e: // loads and stores
 		r.memarg()
 	case op == 0x3f, op == 0x40: // memory.size, memory.grow
-		r.u32()
+		if r.u32() != 0 {
+			r.use(ProposalMultiMemory)
+		}
 	case op == 0x41:
 		r.leb(32, true)
 	case op == 0x42:
@@ -538,15 +646,27 @@ func (r *reader) instruction() byte {
 		r.skip(8)
 	case op >= 0x45 && op <= 0xc4: // numeric and sign extension
 	case op == 0xd0: // ref.null heaptype
-		r.leb(33, true)
-	case op == 0xd1, op == 0xd3, op == 0xd4: // ref.is_null, ref.eq, ref.as_non_null
-	case op == 0xd2, op == 0xd5, op == 0xd6: // ref.func, br_on_null, br_on_non_null
+		r.heapType()
+	case op == 0xd1: // ref.is_null
+	case op == 0xd2: // ref.func
 		r.u32()
+	case op == 0xd3: // ref.eq
+		r.use(ProposalGC)
+		r.fail(fmt.Errorf("%w: ref.eq (gc)", ErrUnsupported))
+	case op == 0xd4: // ref.as_non_null
+		r.use(ProposalFunctionReferences)
+	case op == 0xd5, op == 0xd6: // br_on_null, br_on_non_null (label)
+		r.use(ProposalFunctionReferences)
+		r.u32()
+	case op == 0xfb:
+		r.use(ProposalGC)
+		r.fail(fmt.Errorf("%w: gc instruction 0xfb", ErrUnsupported))
 	case op == 0xfc:
 		r.prefixFC()
 	case op == 0xfd:
 		r.prefixFD()
 	case op == 0xfe:
+		r.use(ProposalThreads)
 		r.prefixFE()
 	default:
 		if r.err == nil {
@@ -570,6 +690,9 @@ func (r *reader) prefixFC() {
 		r.u32()
 	case sub == 11, sub == 15, sub == 16, sub == 17: // memory.fill, table.grow/size/fill
 		r.u32()
+	case sub >= 19 && sub <= 22: // i64.add128, i64.sub128, i64.mul_wide_s/u
+		r.use(ProposalWideArithmetic)
+		r.fail(fmt.Errorf("%w: wide-arithmetic opcode 0xfc %d", ErrUnsupported, sub))
 	default:
 		r.fail(fmt.Errorf("%w: unknown opcode 0xfc %d", ErrUnsupported, sub))
 	}
@@ -587,7 +710,9 @@ func (r *reader) prefixFD() {
 	case sub >= 84 && sub <= 91: // load/store lane
 		r.memarg()
 		r.byte()
-	case sub <= 0x113: // everything else, relaxed SIMD included, has no immediate
+	case sub >= 0x100 && sub <= 0x113: // relaxed SIMD, no immediate
+		r.use(ProposalRelaxedSIMD)
+	case sub <= 0xff: // everything else has no immediate
 	default:
 		r.fail(fmt.Errorf("%w: unknown opcode 0xfd %d", ErrUnsupported, sub))
 	}

@@ -218,7 +218,7 @@ func TestInstrumentRejects(t *testing.T) {
 	}{
 		{"not wasm", []byte("hello"), ErrNotWasm},
 		{"unknown opcode", mod(typeSec, funcSec, memSec, code([]byte{0, 0xfb, 0, 0x0b})), ErrUnsupported},
-		{"GC block type", mod(typeSec, funcSec, memSec, code([]byte{0, 0x02, 0x63, 0x70, 0x0b, 0x0b})), ErrUnsupported},
+		{"GC block type", mod(typeSec, funcSec, memSec, code([]byte{0, 0x02, 0x63, 0x6e, 0x0b, 0x0b})), ErrUnsupported},
 		{"unknown 0xfc", mod(typeSec, funcSec, memSec, code([]byte{0, 0xfc, 18, 0x0b})), ErrUnsupported},
 		{"truncated immediate", mod(typeSec, funcSec, memSec, code([]byte{0, 0x44, 1, 2})), ErrMalformed},
 		{"truncated LEB", mod(typeSec, funcSec, memSec, code([]byte{0, 0x41, 0x80})), ErrMalformed},
@@ -229,7 +229,8 @@ func TestInstrumentRejects(t *testing.T) {
 		{"no memory", mod(typeSec, funcSec, code([]byte{0, 0x0b})), ErrUnsupported},
 		{"sections out of order", mod(funcSec, typeSec), ErrMalformed},
 		{"already instrumented", mod(sec(6, 1, 0x7f, 1, 0x41, 0, 0x0b), sec(7, 1, 20, '_', '_', 't', 'o', 'l', 'l', 'g', 'a', 't', 'e', '_', 'i', 'n', 't', 'e', 'r', 'r', 'u', 'p', 't', 3, 0)), ErrUnsupported},
-		{"unknown value type in locals", mod(typeSec, funcSec, memSec, code([]byte{1, 1, 0x63, 0x0b})), ErrUnsupported},
+		{"GC value type in locals", mod(typeSec, funcSec, memSec, code([]byte{1, 1, 0x6e, 0x0b})), ErrUnsupported},
+		{"unknown value type in locals", mod(typeSec, funcSec, memSec, code([]byte{1, 1, 0x55, 0x0b})), ErrUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
