@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/metadata"
@@ -67,8 +68,13 @@ func (p *Policy) call(ctx context.Context, operation string, payload []byte) ([]
 		return res.Stdout, start, nil
 	}
 	// As Kubewarden: a non-zero exit rejects with code 500 (or invalidates the
-	// settings), the message being stderr.
+	// settings), the message being stderr; a Go runtime's goroutine dump (a
+	// panic, a fatal error) stays in the log.
 	msg := string(bytes.TrimSpace(res.Stderr))
+	if i := goroutineDump(msg); i >= 0 {
+		p.logger.WarnContext(ctx, "policy crashed", "command", cmd, "exitCode", res.ExitCode, "stderr", msg)
+		msg = strings.TrimSpace(msg[:i])
+	}
 	if msg == "" {
 		msg = fmt.Sprintf("the policy exited with code %d", res.ExitCode)
 	}
@@ -86,6 +92,24 @@ func (p *Policy) call(ctx context.Context, operation string, payload []byte) ([]
 		}{false, msg, 500})
 	}
 	return out, start, err
+}
+
+// goroutineDump is where the Go runtime's goroutine dump starts in stderr
+// ("\n\ngoroutine 1 [running]:" after "panic: ..." or "fatal error: ..."),
+// -1 without one.
+func goroutineDump(stderr string) int {
+	for off := 0; ; {
+		i := strings.Index(stderr[off:], "\ngoroutine ")
+		if i < 0 {
+			return -1
+		}
+		i += off
+		rest := stderr[i+len("\ngoroutine "):]
+		if n := len(rest) - len(strings.TrimLeft(rest, "0123456789")); n > 0 && strings.HasPrefix(rest[n:], " ") {
+			return i
+		}
+		off = i + 1
+	}
 }
 
 // wasiError classifies host/wasi's errors as the rest of the package does.

@@ -60,7 +60,7 @@ func wasiMisbehave(t *testing.T, h *policy.Host, behaviour string, s policy.Spec
 }
 
 func TestWasiOutcomes(t *testing.T) {
-	h, _ := newHost(t)
+	h, logs := newHost(t)
 	hostCalls := func(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, error) {
 		if _, ok := ctx.Deadline(); !ok {
 			return nil, errors.New("no deadline")
@@ -115,7 +115,14 @@ func TestWasiOutcomes(t *testing.T) {
 			if r.Accepted != tc.accepted || code != tc.code || !strings.Contains(msg, tc.message) || (res.Patch != nil) != tc.patch {
 				t.Fatalf("accepted %v code %d message %q patch %s", r.Accepted, code, msg, res.Patch)
 			}
+			// a Go panic's goroutine dump goes to the log, not to the user
+			if strings.Contains(msg, "goroutine") || strings.Contains(msg, ".go:") {
+				t.Fatalf("message carries the goroutine dump: %q", msg)
+			}
 		})
+	}
+	if l := logs.String(); !strings.Contains(l, `"msg":"policy crashed"`) || !strings.Contains(l, "goroutine 1 [running]") {
+		t.Errorf("the panic's goroutine dump is not logged:\n%s", l)
 	}
 }
 
