@@ -237,22 +237,17 @@ func unwrapRaw(b []byte) []byte {
 }
 
 // printData prints v as compact JSON (format ""), indented JSON or YAML.
+// JSON is written as kwctl writes it: `<`, `>` and `&` as they are, not
+// HTML-escaped (Go's default), in every command.
 func printData(w io.Writer, format string, v any) error {
 	switch format {
-	case "", "compact":
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
+	case "", "compact", "json":
+		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+		if format == "json" {
+			enc.SetIndent("", "  ")
 		}
-		_, err = fmt.Fprintln(w, string(b))
-		return err
-	case "json":
-		b, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(w, string(b))
-		return err
+		return enc.Encode(v)
 	case "yaml":
 		b, err := yaml.Marshal(v)
 		if err != nil {
