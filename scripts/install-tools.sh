@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # install-tools.sh installs what building tollgate's policies and running its tests needs:
-# Debian packages (LLVM 19, wasi-libc, ...) and TinyGo built from the Go module proxy.
+# Debian packages (LLVM 19, wasi-libc, ...), TinyGo built from the Go module proxy, and wasm-opt 116
+# from npm (scripts/install-binaryen.sh).
 #
 # Idempotent: a second run checks and returns quickly without network access. TinyGo is built into
 # a cache keyed by version OUTSIDE the repository, so every clone on the machine shares it:
@@ -36,6 +37,8 @@ APT_PACKAGES=(
 	"libclang-${LLVM_MAJOR}-dev"
 	"libclang-rt-${LLVM_MAJOR}-dev-wasm32"
 	wasi-libc
+	# wasm-opt 108, which TinyGo runs on every build (it takes the one on PATH). Kubewarden's
+	# `wasm-opt --all-features -Oz` step uses binaryen 116 instead: scripts/install-binaryen.sh.
 	binaryen
 	# OCI tests (host/oci, cmd/tollgate push/pull): a real registry, CNCF distribution 2.8
 	docker-registry
@@ -186,6 +189,7 @@ main() {
 		build_tinygo
 	fi
 	seed_tinygo_cache
+	"$(dirname "${BASH_SOURCE[0]}")/install-binaryen.sh" >/dev/null
 	printf '%s\n' "$TINYGO_BIN"
 }
 
