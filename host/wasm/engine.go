@@ -473,11 +473,14 @@ type startingRuntime struct {
 }
 
 func (r *startingRuntime) InstantiateModule(ctx context.Context, c wazero.CompiledModule, cfg wazero.ModuleConfig) (api.Module, error) {
-	raw, err := r.Runtime.InstantiateModule(ctx, c, cfg.WithStartFunctions())
+	calls := &callContext{}
+	// wapc-go's configuration sleeps with WithSysNanosleep, which nothing
+	// interrupts: a guest sleeping past its deadline held its worker.
+	raw, err := r.Runtime.InstantiateModule(ctx, c, cfg.WithStartFunctions().WithNanosleep(calls.sleep))
 	if err != nil {
 		return nil, err
 	}
-	mod := startedModule{Module: raw}
+	mod := startedModule{Module: raw, calls: calls}
 	if r.interrupt != "" {
 		g, ok := raw.ExportedGlobal(r.interrupt).(api.MutableGlobal)
 		if !ok {
@@ -508,6 +511,37 @@ func (r *startingRuntime) InstantiateModule(ctx context.Context, c wazero.Compil
 type startedModule struct {
 	api.Module
 	interrupt api.MutableGlobal // nil when the module is not instrumented
+	calls     *callContext
+}
+
+// callContext is the context of the call an instance is running (a waPC
+// instance runs one call at a time), for its nanosleep.
+type callContext struct{ ctx atomic.Pointer[context.Context] }
+
+// sleep is the guest's nanosleep (WASI poll_oneoff's clock, where a TinyGo
+// time.Sleep ends): it returns after ns or when the running call's context
+// is done, whichever comes first; the deadline's interrupt (or
+// close-on-context-done) then stops the guest.
+func (c *callContext) sleep(ns int64) {
+	if ns <= 0 {
+		return
+	}
+	var done <-chan struct{}
+	if ctx := c.ctx.Load(); ctx != nil {
+		done = (*ctx).Done()
+	}
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-done:
+	}
+}
+
+// during makes ctx the running call's context until the returned func.
+func (c *callContext) during(ctx context.Context) func() {
+	c.ctx.Store(&ctx)
+	return func() { c.ctx.Store(nil) }
 }
 
 func (m startedModule) ExportedFunction(name string) api.Function {
@@ -519,10 +553,10 @@ func (m startedModule) ExportedFunction(name string) api.Function {
 
 func (m startedModule) exportedFunction(name string) api.Function {
 	f := m.Module.ExportedFunction(name)
-	if f == nil || m.interrupt == nil {
+	if f == nil {
 		return f
 	}
-	return interruptibleFunction{Function: f, interrupt: m.interrupt}
+	return interruptibleFunction{Function: f, interrupt: m.interrupt, calls: m.calls}
 }
 
 // interruptibleFunction is a function of an instrumented module: while a call
@@ -530,20 +564,30 @@ func (m startedModule) exportedFunction(name string) api.Function {
 // the guest traps (`unreachable`) within wasmbin.CheckInterval function
 // entries or loop iterations. The global is never reset: an interrupted
 // instance is discarded.
+//
+// Every function handed out (instrumented or not) also makes its call's
+// context the one the instance's sleeps end with.
 type interruptibleFunction struct {
 	api.Function
-	interrupt api.MutableGlobal
+	interrupt api.MutableGlobal // nil: not instrumented
+	calls     *callContext
 }
 
 func (f interruptibleFunction) Call(ctx context.Context, params ...uint64) ([]uint64, error) {
-	stop := context.AfterFunc(ctx, f.set)
-	defer stop()
+	defer f.calls.during(ctx)()
+	if f.interrupt != nil {
+		stop := context.AfterFunc(ctx, f.set)
+		defer stop()
+	}
 	return f.Function.Call(ctx, params...)
 }
 
 func (f interruptibleFunction) CallWithStack(ctx context.Context, stack []uint64) error {
-	stop := context.AfterFunc(ctx, f.set)
-	defer stop()
+	defer f.calls.during(ctx)()
+	if f.interrupt != nil {
+		stop := context.AfterFunc(ctx, f.set)
+		defer stop()
+	}
 	return f.Function.CallWithStack(ctx, stack)
 }
 
