@@ -516,7 +516,9 @@ type startedModule struct {
 
 // callContext is the context of the call an instance is running (a waPC
 // instance runs one call at a time), for its nanosleep.
-type callContext struct{ ctx atomic.Pointer[context.Context] }
+type callContext struct {
+	ctx atomic.Pointer[context.Context]
+}
 
 // sleep is the guest's nanosleep (WASI poll_oneoff's clock, where a TinyGo
 // time.Sleep ends): it returns after ns or when the running call's context
