@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 var (
@@ -63,8 +65,18 @@ type Module struct {
 	Digest string
 }
 
-// Resolve fetches the module named by uri.
+// Resolve fetches the module named by uri. Its errors show uri, and any
+// URI a fetch met (a redirect), with their credentials masked
+// (internal/redact): they end up in logs, GET /policies and kubectl.
 func (r *Resolver) Resolve(ctx context.Context, uri string) (*Module, error) {
+	m, err := r.resolve(ctx, uri)
+	if err != nil {
+		return nil, redact.Error(err, uri)
+	}
+	return m, nil
+}
+
+func (r *Resolver) resolve(ctx context.Context, uri string) (*Module, error) {
 	scheme, rest, ok := strings.Cut(uri, "://")
 	if !ok {
 		return r.file(uri, uri)

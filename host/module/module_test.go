@@ -70,3 +70,48 @@ func TestResolve(t *testing.T) {
 		t.Errorf("large file: want ErrTooLarge, got %v", err)
 	}
 }
+
+// TestResolveErrorsMaskCredentials: a URI's password and credential query
+// values are sent to the server but never appear in an error, nor does a
+// redirect's signed URL; errors.Is still sees the kind of failure.
+func TestResolveErrorsMaskCredentials(t *testing.T) {
+	var sawAuth bool
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, _ := r.BasicAuth(); u == "bob" && p == "pa55word" && r.URL.Query().Get("access_token") == "at-secret" {
+			sawAuth = true
+		}
+		switch r.URL.Path {
+		case "/redirect.wasm":
+			http.Redirect(w, r, "/signed.wasm?X-Amz-Signature=redirect-secret&X-Amz-Expires=60", http.StatusFound)
+		default:
+			http.Error(w, "denied", http.StatusForbidden)
+		}
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "https://")
+	r := &Resolver{HTTPClient: srv.Client()}
+	for _, uri := range []string{
+		"https://bob:pa55word@" + host + "/x.wasm?access_token=at-secret",
+		"https://bob:pa55word@" + host + "/redirect.wasm",
+		"https://bob:pa55word@127.0.0.1:1/x.wasm?access_token=at-secret", // connection refused: net/http's own error
+		"ftp://bob:pa55word@host/x.wasm",
+		"builtin://bob:pa55word@x",
+	} {
+		_, err := r.Resolve(context.Background(), uri)
+		if err == nil || !(errors.Is(err, ErrFetch) || errors.Is(err, ErrUnknownScheme)) {
+			t.Errorf("%s: %v", uri, err)
+			continue
+		}
+		for _, s := range []string{"pa55word", "at-secret", "redirect-secret"} {
+			if strings.Contains(err.Error(), s) {
+				t.Errorf("%s: the error shows %q: %v", uri, s, err)
+			}
+		}
+		if !strings.Contains(err.Error(), "bob:xxxxx@") {
+			t.Errorf("%s: the error does not name the URI: %v", uri, err)
+		}
+	}
+	if !sawAuth {
+		t.Error("the server never saw the URI's credentials")
+	}
+}
