@@ -15,6 +15,14 @@
 # an `annotate` command is available, `tollgate annotate` writes policy.wasm from it (with
 # README.md as usage when present); otherwise policy.raw.wasm is copied to policy.wasm.
 #
+# A policy directory that also holds wasm-opt.args (one line of wasm-opt flags, e.g.
+# `--all-features -Oz`) is built a second time the way Kubewarden's CI builds policies, into
+# policy.opt.raw.wasm and (annotated as above) policy.opt.wasm: the compiler output goes through
+# binaryen 116's wasm-opt (scripts/install-binaryen.sh) with those flags, and the standard-Go kinds
+# are compiled with Kubewarden's flags for that build, -gcflags=all="-B " -ldflags="-w -s" (go-wasi:
+# exactly `GOOS=wasip1 GOARCH=wasm go build -gcflags=all="-B " -ldflags="-w -s"`; go-wasip1 keeps
+# -buildmode=c-shared). TinyGo and opa builds are optimized from policy.raw.wasm as they are.
+#
 # A policy whose policy.wasm is newer than all its sources (*.go but *_test.go, go.mod, go.sum,
 # *.rego but *_test.rego, entrypoint, policy.build, the sources of local `replace` targets, and metadata.yml and README.md when it is
 # annotated) is skipped.
@@ -29,6 +37,7 @@
 #   TOLLGATE        a tollgate binary for annotate (default: bin/tollgate, built from ./cmd/tollgate
 #                   when that has an annotate command)
 #   POLICY_JOBS     builds run at the same time (default 2, at most 2)
+#   WASM_OPT        the wasm-opt for wasm-opt.args (default: scripts/install-binaryen.sh's, installed when missing)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -83,6 +92,9 @@ up_to_date() {
 	if [[ -n "$TOLLGATE_BIN" && -f "$dir/metadata.yml" ]] && ! grep -q io.kubewarden.metadata "$wasm"; then
 		return 1 # built before annotate existed
 	fi
+	if [[ -f "$dir/wasm-opt.args" ]] && ! newer_than_sources "$dir" "$dir/policy.opt.wasm"; then
+		return 1
+	fi
 	newer_than_sources "$dir" "$wasm"
 }
 
@@ -97,7 +109,7 @@ newer_than_sources() {
 	fi
 	newer="$(source_dirs "$dir" | xargs -d '\n' -I{} find {} -type f \
 		\( \( -name '*.go' -not -name '*_test.go' \) -o \( -name '*.rego' -not -name '*_test.rego' \) -o -name entrypoint \
-		-o -name go.mod -o -name go.sum -o -name policy.build \
+		-o -name go.mod -o -name go.sum -o -name policy.build -o -name wasm-opt.args \
 		"${docs[@]}" \) -newer "$file" -print -quit)"
 	[[ -z "$newer" ]]
 }
@@ -157,26 +169,85 @@ build_one() {
 		rm -f "$out" "$dir/$raw"
 		return 1
 	fi
-	local how=copied
-	if [[ -n "$TOLLGATE_BIN" && -f "$dir/metadata.yml" ]]; then
-		local -a annotate=("$TOLLGATE_BIN" annotate -m metadata.yml)
-		[[ -f "$dir/README.md" ]] && annotate+=(-u README.md)
-		annotate+=(-o policy.wasm.tmp "$raw")
-		if ! (cd "$dir" && "${annotate[@]}") >"$out" 2>&1; then
-			printf 'build-policies: FAILED %s: %s\n' "$dir" "${annotate[*]}" >&2
-			sed 's/^/    /' "$out" >&2
-			rm -f "$out" "$dir/policy.wasm.tmp"
-			return 1
-		fi
-		how=annotated
-	else
-		cp "$dir/$raw" "$dir/policy.wasm.tmp"
-	fi
-	mv -f "$dir/policy.wasm.tmp" "$dir/policy.wasm"
 	rm -f "$out"
+	local how
+	how="$(annotate_one "$dir" "$raw" policy.wasm)" || return 1
 	elapsed="$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
 	printf 'build-policies: %-45s %-18s %6s s %8s KB (%s)\n' "$dir" "$kind" "$elapsed" \
 		"$(($(stat -c %s "$dir/policy.wasm") / 1024))" "$how" >&2
+	if [[ -f "$dir/wasm-opt.args" ]]; then
+		build_optimized "$dir" "$kind" || return 1
+	fi
+}
+
+# annotate_one writes dir/final from dir/raw: annotated when the directory has metadata.yml and
+# there is a tollgate to annotate with, copied otherwise. It prints "annotated" or "copied".
+annotate_one() {
+	local dir="$1" raw="$2" final="$3" out
+	out="$(mktemp)"
+	if [[ -n "$TOLLGATE_BIN" && -f "$dir/metadata.yml" ]]; then
+		local -a annotate=("$TOLLGATE_BIN" annotate -m metadata.yml)
+		[[ -f "$dir/README.md" ]] && annotate+=(-u README.md)
+		annotate+=(-o "$final.tmp" "$raw")
+		if ! (cd "$dir" && "${annotate[@]}") >"$out" 2>&1; then
+			printf 'build-policies: FAILED %s: %s\n' "$dir" "${annotate[*]}" >&2
+			sed 's/^/    /' "$out" >&2
+			rm -f "$out" "$dir/$final.tmp"
+			return 1
+		fi
+		printf 'annotated\n'
+	else
+		cp "$dir/$raw" "$dir/$final.tmp"
+		printf 'copied\n'
+	fi
+	mv -f "$dir/$final.tmp" "$dir/$final"
+	rm -f "$out"
+}
+
+# build_optimized builds dir the way Kubewarden's CI does (see the header): policy.opt.raw.wasm
+# through wasm-opt with the flags of wasm-opt.args, then policy.opt.wasm.
+build_optimized() {
+	local dir="$1" kind="$2" start="$EPOCHREALTIME" out
+	local -a flags compile=()
+	read -r -a flags <"$dir/wasm-opt.args"
+	((${#flags[@]} > 0)) || { printf 'build-policies: FAILED %s: %s/wasm-opt.args is empty (want wasm-opt flags, e.g. --all-features -Oz)\n' "$dir" "$dir" >&2; return 1; }
+	local input=policy.raw.wasm
+	case "$kind" in
+	go-wasi)
+		compile=(env GOOS=wasip1 GOARCH=wasm "$GO" build "-gcflags=all=-B " "-ldflags=-w -s" -o policy.opt.go.wasm .)
+		input=policy.opt.go.wasm
+		;;
+	go-wasip1)
+		compile=(env GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared "-gcflags=all=-B " "-ldflags=-w -s" -o policy.opt.go.wasm .)
+		input=policy.opt.go.wasm
+		;;
+	esac
+	out="$(mktemp)"
+	if ! (cd "$dir" && rm -f policy.opt.raw.wasm &&
+		{ ((${#compile[@]} == 0)) || "${compile[@]}"; } &&
+		"$WASM_OPT_BIN" "${flags[@]}" -o policy.opt.raw.wasm "$input") >"$out" 2>&1; then
+		printf 'build-policies: FAILED %s (%s, wasm-opt): %s %s -o policy.opt.raw.wasm %s\n' "$dir" "$kind" \
+			"${compile[*]:+${compile[*]} && }$WASM_OPT_BIN" "${flags[*]}" "$input" >&2
+		sed 's/^/    /' "$out" >&2
+		rm -f "$out" "$dir/policy.opt.raw.wasm" "$dir/policy.opt.go.wasm"
+		return 1
+	fi
+	rm -f "$out" "$dir/policy.opt.go.wasm"
+	local how
+	how="$(annotate_one "$dir" policy.opt.raw.wasm policy.opt.wasm)" || return 1
+	printf 'build-policies: %-45s %-18s %6s s %8s KB (%s)\n' "$dir" "wasm-opt ${flags[*]}" \
+		"$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')" \
+		"$(($(stat -c %s "$dir/policy.opt.wasm") / 1024))" "$how" >&2
+}
+
+# find_wasm_opt sets WASM_OPT_BIN, installing binaryen into the tools cache when it is not there.
+find_wasm_opt() {
+	if [[ -n "${WASM_OPT:-}" ]]; then
+		[[ -x "$WASM_OPT" ]] || die "WASM_OPT=$WASM_OPT is not an executable"
+		WASM_OPT_BIN="$WASM_OPT"
+		return 0
+	fi
+	WASM_OPT_BIN="$("$ROOT/scripts/install-binaryen.sh" | tail -n 1)" || die "scripts/install-binaryen.sh failed"
 }
 
 # find_tollgate sets TOLLGATE_BIN to the tollgate binary to annotate with, or "" when there is
@@ -244,7 +315,7 @@ main() {
 
 	find_tollgate
 	local -a todo=()
-	local dir need_tinygo=0 need_opa=0 skipped=0
+	local dir need_tinygo=0 need_opa=0 need_wasm_opt=0 skipped=0
 	for dir in "${dirs[@]}"; do
 		if ((FORCE == 0)) && up_to_date "$dir"; then
 			skipped=$((skipped + 1))
@@ -253,6 +324,7 @@ main() {
 		todo+=("$dir")
 		grep -q tinygo "$dir/policy.build" && need_tinygo=1
 		grep -q opa-wasm "$dir/policy.build" && need_opa=1
+		[[ -f "$dir/wasm-opt.args" ]] && need_wasm_opt=1
 	done
 	if ((${#todo[@]} == 0)); then
 		log "all ${#dirs[@]} policies up to date"
@@ -260,6 +332,7 @@ main() {
 	fi
 	((need_tinygo == 0)) || check_tinygo
 	((need_opa == 0)) || find_opa
+	((need_wasm_opt == 0)) || find_wasm_opt
 	build_tollgate
 	[[ -n "$TOLLGATE_BIN" ]] || log "no tollgate annotate command yet: policy.wasm files are not annotated"
 	log "building ${#todo[@]} policies, $JOBS at a time ($skipped up to date)"
