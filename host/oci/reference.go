@@ -6,6 +6,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"oras.land/oras-go/v2/registry"
+
+	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 // Scheme is the URI scheme of modules stored in an OCI registry.
@@ -29,19 +31,27 @@ type Reference struct {
 // ParseURI parses registry://host[:port]/repo[:tag][@sha256:HEX]. Without a
 // tag or digest the tag is "latest"; with both, the digest decides what is
 // fetched and the tag is kept for display.
+//
+// Credentials do not go in the URI (they come from the Docker config): a
+// userinfo ("registry://user:pw@host/...") is refused, and errors show the
+// URI with its credentials masked (internal/redact).
 func ParseURI(uri string) (Reference, error) {
+	shown := redact.URI(uri)
 	scheme, rest, ok := strings.Cut(uri, "://")
 	if !ok {
-		return Reference{}, fmt.Errorf("%w: %q has no scheme: want registry://host/repository:tag", ErrUnknownScheme, uri)
+		return Reference{}, fmt.Errorf("%w: %q has no scheme: want registry://host/repository:tag", ErrUnknownScheme, shown)
 	}
 	if scheme != "registry" {
-		return Reference{}, fmt.Errorf("%w: %q: scheme %q is not registry://", ErrUnknownScheme, uri, scheme+"://")
+		return Reference{}, fmt.Errorf("%w: %q: scheme %q is not registry://", ErrUnknownScheme, shown, scheme+"://")
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %q: %s", ErrMalformedReference, uri, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %q: %s", ErrMalformedReference, shown, fmt.Sprintf(format, args...))
 	}
 	if rest == "" {
 		return Reference{}, bad("empty reference after registry://")
+	}
+	if host, _, _ := strings.Cut(rest, "/"); strings.Contains(host, "@") {
+		return Reference{}, bad("credentials in a registry:// URI are not supported: put them in the Docker config.json (docker login, --docker-config-json-path)")
 	}
 	if strings.ContainsAny(rest, " \t\r\n?#") {
 		return Reference{}, bad("contains whitespace, '?' or '#'")

@@ -86,3 +86,18 @@ func FuzzParseURI(f *testing.F) {
 		}
 	})
 }
+
+// TestParseURICredentials: a registry:// URI with credentials is refused
+// with an error that names the URI with them masked and says where
+// credentials go.
+func TestParseURICredentials(t *testing.T) {
+	for _, uri := range []string{"registry://robot:hunter2@ghcr.io/a/b:v1", "registry://ghp_token1@ghcr.io/a/b:v1"} {
+		_, err := oci.ParseURI(uri)
+		if !errors.Is(err, oci.ErrMalformedReference) || !strings.Contains(err.Error(), "docker login") {
+			t.Fatalf("ParseURI(%q): %v", uri, err)
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "ghp_token1") || !strings.Contains(err.Error(), "xxxxx@ghcr.io/a/b:v1") {
+			t.Errorf("ParseURI(%q): %v", uri, err)
+		}
+	}
+}
