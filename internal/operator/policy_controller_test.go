@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -146,7 +147,17 @@ func newEnv(t testing.TB, objs ...client.Object) *env {
 		WithScheme(Scheme()).
 		WithObjects(objs...).
 		WithStatusSubresource(&v1.ClusterAdmissionPolicy{}, &v1.AdmissionPolicy{}, &v1.ClusterAdmissionPolicyGroup{}, &v1.AdmissionPolicyGroup{}, &v1.PolicyServer{}).
+		WithReturnManagedFields().
 		WithInterceptorFuncs(interceptor.Funcs{
+			Apply: func(ctx context.Context, c client.WithWatch, obj apiruntime.ApplyConfiguration, opts ...client.ApplyOption) error {
+				count()
+				if kind, _ := applyKindName(obj); strings.HasSuffix(kind, "WebhookConfiguration") {
+					if err := e.failWebhook.Load(); err != nil {
+						return err
+					}
+				}
+				return c.Apply(ctx, obj, opts...)
+			},
 			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 				count()
 				if err := webhookErr(obj); err != nil {

@@ -9,7 +9,6 @@ import (
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -210,9 +209,9 @@ func webhookObjects() []client.Object {
 // policy's (another program's, or another policy's whose id is the same).
 var ErrForeignWebhook = errors.New("a webhook configuration of that name exists and is not the policy's")
 
-// applyWebhook creates desired, or updates the existing configuration of its kind and name when
-// it differs (webhooks, caBundle included, or the labels and annotations the controller sets).
-// It reports whether it wrote. It does not take over a configuration that is not p's.
+// applyWebhook applies desired (server-side, FieldOwner) unless the configuration of its kind
+// and name already holds it, and reports whether it wrote. It does not take over a
+// configuration that is not p's.
 func applyWebhook(ctx context.Context, c client.Client, p v1.Policy, desired client.Object) (bool, error) {
 	var existing client.Object
 	switch desired.(type) {
@@ -223,44 +222,13 @@ func applyWebhook(ctx context.Context, c client.Client, p v1.Policy, desired cli
 	}
 	err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
-		if err := c.Create(ctx, desired); err != nil {
-			return false, err
-		}
-		return true, nil
-	}
-	if err != nil {
+		existing = nil
+	} else if err != nil {
 		return false, err
-	}
-	if !webhookOf(existing, p) {
+	} else if !webhookOf(existing, p) {
 		return false, fmt.Errorf("%w: %T %s", ErrForeignWebhook, existing, desired.GetName())
 	}
-	changed := false
-	switch e := existing.(type) {
-	case *admv1.ValidatingWebhookConfiguration:
-		changed = setIfDifferent(&e.Webhooks, desired.(*admv1.ValidatingWebhookConfiguration).Webhooks)
-	case *admv1.MutatingWebhookConfiguration:
-		changed = setIfDifferent(&e.Webhooks, desired.(*admv1.MutatingWebhookConfiguration).Webhooks)
-	}
-	labels, lc := mergeLabels(existing.GetLabels(), desired.GetLabels())
-	annotations, ac := mergeLabels(existing.GetAnnotations(), desired.GetAnnotations())
-	if !changed && !lc && !ac {
-		return false, nil
-	}
-	existing.SetLabels(labels)
-	existing.SetAnnotations(annotations)
-	if err := c.Update(ctx, existing); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// setIfDifferent sets *have to want unless they are semantically equal, and reports whether it did.
-func setIfDifferent[T any](have *T, want T) bool {
-	if equality.Semantic.DeepEqual(*have, want) {
-		return false
-	}
-	*have = want
-	return true
+	return applyOwned(ctx, c, desired, existing)
 }
 
 // getWebhook returns the policy's existing webhook configuration of either kind (the one of

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
@@ -97,26 +98,13 @@ func (r *PolicyServerReconciler) reconcileConfigMap(ctx context.Context, ps *v1.
 		return serverConfig{}, err
 	}
 	var previous string
-	_, err = createOrUpdate(ctx, r.Client, ps, cm, func(have *corev1.ConfigMap) (bool, error) {
-		if have == cm {
-			return false, nil // a new ConfigMap: cm is what to create
-		}
+	have := &corev1.ConfigMap{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(cm), have); err == nil {
 		previous = have.Annotations[v1.ConfigDigestAnnotation]
-		changed := false
-		if have.Annotations[v1.ConfigDigestAnnotation] != cfg.digest {
-			if have.Annotations == nil {
-				have.Annotations = map[string]string{}
-			}
-			have.Annotations[v1.ConfigDigestAnnotation] = cfg.digest
-			changed = true
-		}
-		if !maps.Equal(have.Data, cm.Data) || len(have.BinaryData) > 0 {
-			have.Data, have.BinaryData = cm.Data, nil
-			changed = true
-		}
-		return changed, nil
-	})
-	if err != nil {
+	} else if !apierrors.IsNotFound(err) {
+		return serverConfig{}, fmt.Errorf("ConfigMap: %w", err)
+	}
+	if _, _, err := applyServerObject(ctx, r.Client, ps, cm); err != nil {
 		return serverConfig{}, fmt.Errorf("ConfigMap: %w", err)
 	}
 	if previous != cfg.digest {

@@ -48,7 +48,8 @@ const webhookCleanupPoll = 2 * time.Second
 // the server read that ConfigMap, a Deployment, a Service and a PodDisruptionBudget (when
 // asked) in the controller's namespace, all named
 // PolicyServerObjectName and controlled by the PolicyServer (so that garbage collection
-// removes them with it). It writes an object only when what it owns of it differs.
+// removes them with it). It writes each by server-side apply (FieldOwner), and only when the
+// fields it owns differ from what it wants (applyOwned).
 type PolicyServerReconciler struct {
 	Client   client.Client
 	Options  Options
@@ -316,67 +317,4 @@ func (r *PolicyServerReconciler) objectMeta(ps *v1.PolicyServer) metav1.ObjectMe
 	labels[LabelPartOf] = v1.PartOfLabelValue
 	labels[LabelComponent] = "policy-server"
 	return metav1.ObjectMeta{Name: PolicyServerObjectName(ps.Name), Namespace: r.Options.Namespace, Labels: labels}
-}
-
-// createOrUpdate gets obj's current version and, when there is none, creates obj (after mutate,
-// which may fill in what obj lacks). Otherwise it calls mutate on the current version, which
-// changes what differs from obj and reports whether it did; the current version is written only
-// then (and not at all when mutate fails). The controller reference to ps and the labels of obj
-// are part of what is compared. It returns the object as stored.
-func createOrUpdate[T client.Object](ctx context.Context, c client.Client, ps *v1.PolicyServer, obj T, mutate func(have T) (bool, error)) (T, error) {
-	if err := controllerutil.SetControllerReference(ps, obj, c.Scheme()); err != nil {
-		return obj, err
-	}
-	have := obj.DeepCopyObject().(T)
-	err := c.Get(ctx, client.ObjectKeyFromObject(obj), have)
-	if apierrors.IsNotFound(err) {
-		if _, err := mutate(obj); err != nil {
-			return obj, err
-		}
-		if err := c.Create(ctx, obj); err != nil {
-			return obj, fmt.Errorf("creating %s: %w", obj.GetName(), err)
-		}
-		return obj, nil
-	}
-	if err != nil {
-		return obj, err
-	}
-	changed := false
-	if !metav1.IsControlledBy(have, ps) {
-		if err := controllerutil.SetControllerReference(ps, have, c.Scheme()); err != nil {
-			return have, fmt.Errorf("%s: %w", obj.GetName(), err)
-		}
-		changed = true
-	}
-	if labels, ok := mergeLabels(have.GetLabels(), obj.GetLabels()); ok {
-		have.SetLabels(labels)
-		changed = true
-	}
-	if ch, err := mutate(have); err != nil {
-		return have, err
-	} else if ch {
-		changed = true
-	}
-	if !changed {
-		return have, nil
-	}
-	if err := c.Update(ctx, have); err != nil {
-		return have, fmt.Errorf("updating %s: %w", obj.GetName(), err)
-	}
-	return have, nil
-}
-
-// mergeLabels returns have with want's keys set, and whether that changed anything.
-func mergeLabels(have, want map[string]string) (map[string]string, bool) {
-	changed := false
-	for k, v := range want {
-		if cur, ok := have[k]; !ok || cur != v {
-			if have == nil {
-				have = map[string]string{}
-			}
-			have[k] = v
-			changed = true
-		}
-	}
-	return have, changed
 }

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -49,6 +50,17 @@ type psEnv struct {
 	failUpdate error
 }
 
+// applyKindName reads the kind and name of an apply configuration.
+func applyKindName(ac runtime.ApplyConfiguration) (kind, name string) {
+	var m struct {
+		Kind     string
+		Metadata struct{ Name string }
+	}
+	b, _ := json.Marshal(ac)
+	_ = json.Unmarshal(b, &m)
+	return m.Kind, m.Metadata.Name
+}
+
 func newPSEnv(t *testing.T, objs ...client.Object) *psEnv {
 	t.Helper()
 	e := &psEnv{t: t, ctx: context.Background(), rec: record.NewFakeRecorder(1000)}
@@ -57,7 +69,16 @@ func newPSEnv(t *testing.T, objs ...client.Object) *psEnv {
 	}
 	e.c = fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&v1.PolicyServer{}).
+		WithReturnManagedFields().
 		WithInterceptorFuncs(interceptor.Funcs{
+			Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+				kind, name := applyKindName(obj)
+				e.writes = append(e.writes, "apply "+kind+" "+name)
+				if e.failUpdate != nil {
+					return e.failUpdate
+				}
+				return c.Apply(ctx, obj, opts...)
+			},
 			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 				count("create", obj)
 				return c.Create(ctx, obj, opts...)
@@ -147,9 +168,9 @@ func TestPolicyServerReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantWrites := []string{"patch PolicyServer default", "create Secret tollgate-ca", "create Secret policy-server-default", "create ConfigMap policy-server-default",
-		"create Role policy-server-default", "create RoleBinding policy-server-default",
-		"create ServiceAccount policy-server-default", "create Deployment policy-server-default", "create Service policy-server-default",
+	wantWrites := []string{"patch PolicyServer default", "create Secret tollgate-ca", "apply Secret policy-server-default", "apply ConfigMap policy-server-default",
+		"apply Role policy-server-default", "apply RoleBinding policy-server-default",
+		"apply ServiceAccount policy-server-default", "apply Deployment policy-server-default", "apply Service policy-server-default",
 		"patch-status PolicyServer default"}
 	if !slices.Equal(writes, wantWrites) {
 		t.Errorf("writes:\n%s\nwant\n%s", strings.Join(writes, "\n"), strings.Join(wantWrites, "\n"))
@@ -228,7 +249,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err, writes = e.reconcile("default")
-	if want := []string{"update ConfigMap policy-server-default", "patch-status PolicyServer default"}; err != nil || !slices.Equal(writes, want) {
+	if want := []string{"apply ConfigMap policy-server-default", "patch-status PolicyServer default"}; err != nil || !slices.Equal(writes, want) {
 		t.Fatalf("policy change: err %v, writes %v, want %v", err, writes, want)
 	}
 	cm2 := e.get(&corev1.ConfigMap{}, "policy-server-default").(*corev1.ConfigMap)
@@ -250,7 +271,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 	if err := e.c.Update(e.ctx, ps); err != nil {
 		t.Fatal(err)
 	}
-	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "create PodDisruptionBudget policy-server-default") {
+	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "apply PodDisruptionBudget policy-server-default") {
 		t.Fatalf("pdb: err %v, writes %v", err, writes)
 	}
 	pdb := e.get(&policyv1.PodDisruptionBudget{}, "policy-server-default").(*policyv1.PodDisruptionBudget)
@@ -275,7 +296,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 	if err := e.c.Update(e.ctx, ps); err != nil {
 		t.Fatal(err)
 	}
-	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "update Deployment policy-server-default") || slices.Contains(writes, "update ConfigMap policy-server-default") {
+	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "apply Deployment policy-server-default") || slices.Contains(writes, "apply ConfigMap policy-server-default") {
 		t.Fatalf("image change: err %v, writes %v", err, writes)
 	}
 	// Drift of an owned field is repaired.
@@ -284,7 +305,7 @@ func TestPolicyServerReconcile(t *testing.T) {
 	if err := e.c.Update(e.ctx, dep); err != nil {
 		t.Fatal(err)
 	}
-	if _, err, writes := e.reconcile("default"); err != nil || !slices.Equal(writes, []string{"update Deployment policy-server-default"}) {
+	if _, err, writes := e.reconcile("default"); err != nil || !slices.Equal(writes, []string{"apply Deployment policy-server-default"}) {
 		t.Fatalf("drift: err %v, writes %v", err, writes)
 	}
 }
@@ -410,7 +431,7 @@ func TestPolicyServerDeploymentOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err, writes := e.reconcile("p")
-	if err == nil || !strings.Contains(err.Error(), `spec.imagePullSecret "regcred"`) || slices.Contains(writes, "create ServiceAccount policy-server-p") || !slices.Contains(writes, "create Deployment policy-server-p") {
+	if err == nil || !strings.Contains(err.Error(), `spec.imagePullSecret "regcred"`) || slices.Contains(writes, "apply ServiceAccount policy-server-p") || !slices.Contains(writes, "apply Deployment policy-server-p") {
 		t.Errorf("err %v, writes %v", err, writes)
 	}
 	got := e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
@@ -576,7 +597,7 @@ func checkServerRBAC(t *testing.T, e *psEnv, ps, sa string) {
 	if err := e.c.Update(e.ctx, rb); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, writes := e.reconcile(ps); !slices.Contains(writes, "update RoleBinding "+name) {
+	if _, _, writes := e.reconcile(ps); !slices.Contains(writes, "apply RoleBinding "+name) {
 		t.Errorf("a changed RoleBinding is not put back: writes %v", writes)
 	}
 	rb = e.get(&rbacv1.RoleBinding{}, name).(*rbacv1.RoleBinding)
@@ -612,7 +633,7 @@ func TestPolicyServerConflictIsQuiet(t *testing.T) {
 		t.Errorf("events on a conflict: %v", ev)
 	}
 	e.failUpdate = nil
-	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "update ConfigMap policy-server-default") {
+	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "apply ConfigMap policy-server-default") {
 		t.Fatalf("after the conflict: err %v, writes %v", err, writes)
 	}
 }

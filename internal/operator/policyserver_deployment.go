@@ -2,12 +2,8 @@ package operator
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,12 +15,6 @@ import (
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
 )
-
-// DeploymentSpecAnnotation, on the Deployment (not on its pod template), is the digest of the
-// spec the controller last wrote: the Deployment is written again only when the desired spec's
-// digest differs or what the controller owns of the stored one drifted, so the fields the
-// apiserver defaults are never fought over.
-const DeploymentSpecAnnotation = "tollgate.dev/deployment-spec"
 
 // Volume names of the policy server pods.
 const (
@@ -153,61 +143,17 @@ func (r *PolicyServerReconciler) desiredDeployment(ps *v1.PolicyServer) *appsv1.
 	return dep
 }
 
-// deploymentDigest is the digest of what the controller sets in a Deployment.
-func deploymentDigest(d *appsv1.Deployment) string {
-	b, err := json.Marshal(struct {
-		Labels map[string]string
-		Spec   appsv1.DeploymentSpec
-	}{d.Labels, d.Spec})
-	if err != nil {
-		panic(err) // a Deployment always marshals
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
-// deploymentDrifted reports whether someone else changed what matters most of what the
-// controller owns in a stored Deployment.
-func deploymentDrifted(have, want *appsv1.Deployment) bool {
-	if have.Spec.Replicas == nil || *have.Spec.Replicas != *want.Spec.Replicas {
-		return true
-	}
-	hc, wc := have.Spec.Template.Spec.Containers, want.Spec.Template.Spec.Containers
-	if len(hc) != len(wc) {
-		return true
-	}
-	for i := range wc {
-		if hc[i].Name != wc[i].Name || hc[i].Image != wc[i].Image || !slices.Equal(hc[i].Args, wc[i].Args) {
-			return true
-		}
-	}
-	return len(have.Spec.Template.Spec.Volumes) != len(want.Spec.Template.Spec.Volumes)
-}
-
 // reconcileDeployment keeps ps's ServiceAccount (when it uses its own) and Deployment, and
-// returns the Deployment as stored (for its status).
+// returns the Deployment as stored (for its status). The Deployment is applied server-side:
+// every field desiredDeployment sets is the controller's, repaired when someone changes it
+// (env, securityContext, probes, resources...); fields others add are left alone.
 func (r *PolicyServerReconciler) reconcileDeployment(ctx context.Context, ps *v1.PolicyServer) (*appsv1.Deployment, error) {
 	if ps.Spec.ServiceAccountName == "" {
 		if err := r.reconcileServiceAccount(ctx, ps); err != nil {
 			return nil, err
 		}
 	}
-	want := r.desiredDeployment(ps)
-	digest := deploymentDigest(want)
-	want.Annotations = map[string]string{DeploymentSpecAnnotation: digest}
-	dep, err := createOrUpdate(ctx, r.Client, ps, want, func(have *appsv1.Deployment) (bool, error) {
-		if have.Annotations[DeploymentSpecAnnotation] == digest && !deploymentDrifted(have, want) {
-			return false, nil
-		}
-		if have.Annotations == nil {
-			have.Annotations = map[string]string{}
-		}
-		have.Annotations[DeploymentSpecAnnotation] = digest
-		have.Spec.Replicas = want.Spec.Replicas
-		have.Spec.Strategy = want.Spec.Strategy
-		have.Spec.Template = want.Spec.Template
-		return true, nil
-	})
+	dep, _, err := applyServerObject(ctx, r.Client, ps, r.desiredDeployment(ps))
 	if err != nil {
 		return nil, fmt.Errorf("Deployment: %w", err)
 	}

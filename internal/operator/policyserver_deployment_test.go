@@ -5,7 +5,11 @@ import (
 	"strconv"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestPolicyServerProbes: the probes of the policy server container, as `tollgate serve`
@@ -56,5 +60,58 @@ func TestPolicyServerProbes(t *testing.T) {
 					tt.name, p.InitialDelaySeconds, p.PeriodSeconds, p.FailureThreshold, tt.period, tt.failed)
 			}
 		}
+	}
+}
+
+// TestDeploymentDriftRepaired: another manager changes fields of the Deployment the controller
+// owns (an env value, the container's securityContext, a probe, the resources): the next
+// reconcile applies them back; what the other manager added (an annotation, an env var of its
+// own) stays. Before server-side apply, only replicas, image, args and the volume count were
+// compared, so these edits were never repaired.
+func TestDeploymentDriftRepaired(t *testing.T) {
+	ps := psObj("p")
+	ps.Spec.Env = []corev1.EnvVar{{Name: "TOLLGATE_LOG_LEVEL", Value: "info"}}
+	e := newPSEnv(t, ps)
+	if _, err, _ := e.reconcile("p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, writes := e.reconcile("p"); err != nil || len(writes) != 0 {
+		t.Fatalf("unchanged reconcile: err %v, writes %v", err, writes)
+	}
+	dep := e.get(&appsv1.Deployment{}, "policy-server-p").(*appsv1.Deployment)
+	want := dep.Spec.Template.Spec.Containers[0].DeepCopy()
+	c := &dep.Spec.Template.Spec.Containers[0]
+	c.Env[0].Value = "debug"
+	c.Env = append(c.Env, corev1.EnvVar{Name: "THEIRS", Value: "1"})
+	c.SecurityContext.ReadOnlyRootFilesystem = ptr.To(false)
+	c.SecurityContext.Capabilities = nil
+	c.ReadinessProbe.PeriodSeconds = 60
+	if dep.Annotations == nil {
+		dep.Annotations = map[string]string{}
+	}
+	dep.Annotations["example.com/theirs"] = "kept"
+	if err := e.c.Update(e.ctx, dep, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, writes := e.reconcile("p"); err != nil || !slices.Equal(writes, []string{"apply Deployment policy-server-p"}) {
+		t.Fatalf("drifted reconcile: err %v, writes %v, want the Deployment applied", err, writes)
+	}
+	dep = e.get(&appsv1.Deployment{}, "policy-server-p").(*appsv1.Deployment)
+	got := dep.Spec.Template.Spec.Containers[0]
+	if i := slices.IndexFunc(got.Env, func(v corev1.EnvVar) bool { return v.Name == "TOLLGATE_LOG_LEVEL" }); i < 0 || got.Env[i].Value != "info" {
+		t.Errorf("env %+v: TOLLGATE_LOG_LEVEL not put back to info", got.Env)
+	}
+	if !slices.ContainsFunc(got.Env, func(v corev1.EnvVar) bool { return v.Name == "THEIRS" }) {
+		t.Errorf("env %+v: another manager's variable was removed", got.Env)
+	}
+	if !equality.Semantic.DeepEqual(got.SecurityContext, want.SecurityContext) || got.ReadinessProbe.PeriodSeconds != want.ReadinessProbe.PeriodSeconds {
+		t.Errorf("securityContext %+v, readiness period %d: not repaired (want %+v, %d)", got.SecurityContext, got.ReadinessProbe.PeriodSeconds,
+			want.SecurityContext, want.ReadinessProbe.PeriodSeconds)
+	}
+	if dep.Annotations["example.com/theirs"] != "kept" {
+		t.Errorf("annotations %v: another manager's annotation was removed", dep.Annotations)
+	}
+	if _, err, writes := e.reconcile("p"); err != nil || len(writes) != 0 {
+		t.Fatalf("repaired, then unchanged: err %v, writes %v", err, writes)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,15 +34,7 @@ func (r *PolicyServerReconciler) reconcilePDB(ctx context.Context, ps *v1.Policy
 		MaxUnavailable: ps.Spec.MaxUnavailable,
 		Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{LabelAppSelector: PolicyServerAppLabel(ps.Name)}},
 	}
-	_, err := createOrUpdate(ctx, r.Client, ps, want, func(have *policyv1.PodDisruptionBudget) (bool, error) {
-		s, w := &have.Spec, &want.Spec
-		if equality.Semantic.DeepEqual(s.MinAvailable, w.MinAvailable) && equality.Semantic.DeepEqual(s.MaxUnavailable, w.MaxUnavailable) &&
-			equality.Semantic.DeepEqual(s.Selector, w.Selector) {
-			return false, nil
-		}
-		s.MinAvailable, s.MaxUnavailable, s.Selector = w.MinAvailable, w.MaxUnavailable, w.Selector
-		return true, nil
-	})
+	_, _, err := applyServerObject(ctx, r.Client, ps, want)
 	if err != nil {
 		return fmt.Errorf("PodDisruptionBudget: %w", err)
 	}

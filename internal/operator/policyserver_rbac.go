@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
@@ -37,14 +37,7 @@ func serverServiceAccount(ps *v1.PolicyServer) string {
 // is deleted and made again.
 func (r *PolicyServerReconciler) reconcileRBAC(ctx context.Context, ps *v1.PolicyServer) error {
 	role := &rbacv1.Role{ObjectMeta: r.objectMeta(ps), Rules: serverRoleRules(ps)}
-	want := role.Rules
-	if _, err := createOrUpdate(ctx, r.Client, ps, role, func(have *rbacv1.Role) (bool, error) {
-		if equality.Semantic.DeepEqual(have.Rules, want) {
-			return false, nil
-		}
-		have.Rules = want
-		return true, nil
-	}); err != nil {
+	if _, _, err := applyServerObject(ctx, r.Client, ps, role); err != nil {
 		return fmt.Errorf("Role: %w", err)
 	}
 	rb := &rbacv1.RoleBinding{
@@ -52,21 +45,14 @@ func (r *PolicyServerReconciler) reconcileRBAC(ctx context.Context, ps *v1.Polic
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serverServiceAccount(ps), Namespace: r.Options.Namespace}},
 	}
-	wantRef, wantSubjects := rb.RoleRef, rb.Subjects
-	have, err := createOrUpdate(ctx, r.Client, ps, rb.DeepCopy(), func(have *rbacv1.RoleBinding) (bool, error) {
-		if have.RoleRef != wantRef {
-			return false, nil // below
-		}
-		if equality.Semantic.DeepEqual(have.Subjects, wantSubjects) {
-			return false, nil
-		}
-		have.Subjects = wantSubjects
-		return true, nil
-	})
-	if err == nil && have.RoleRef != wantRef {
-		if err = r.Client.Delete(ctx, have, client.Preconditions{UID: &have.UID}); client.IgnoreNotFound(err) == nil {
-			_, err = createOrUpdate(ctx, r.Client, ps, rb, func(*rbacv1.RoleBinding) (bool, error) { return false, nil })
-		}
+	// roleRef cannot be changed: a binding to another role is deleted and made again.
+	have := &rbacv1.RoleBinding{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(rb), have)
+	if err == nil && have.RoleRef != rb.RoleRef {
+		err = client.IgnoreNotFound(r.Client.Delete(ctx, have, client.Preconditions{UID: &have.UID}))
+	}
+	if err == nil || apierrors.IsNotFound(err) {
+		_, _, err = applyServerObject(ctx, r.Client, ps, rb)
 	}
 	if err != nil {
 		return fmt.Errorf("RoleBinding: %w", err)

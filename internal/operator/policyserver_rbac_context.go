@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -181,13 +180,7 @@ func (r *PolicyServerReconciler) reconcileContextAwareRBAC(ctx context.Context, 
 	}
 	labels := r.objectMeta(ps).Labels
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Rules: rules}
-	if err := applyClusterScoped(ctx, r, ps, role, func(have *rbacv1.ClusterRole) bool {
-		if equality.Semantic.DeepEqual(have.Rules, rules) {
-			return false
-		}
-		have.Rules = rules
-		return true
-	}); err != nil {
+	if err := applyClusterScoped(ctx, r, ps, role, &rbacv1.ClusterRole{}); err != nil {
 		return msg, fmt.Errorf("ClusterRole %s: %w", name, err)
 	}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serverServiceAccount(ps), Namespace: r.Options.Namespace}}
@@ -196,47 +189,26 @@ func (r *PolicyServerReconciler) reconcileContextAwareRBAC(ctx context.Context, 
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
 		Subjects:   subjects,
 	}
-	if err := applyClusterScoped(ctx, r, ps, binding, func(have *rbacv1.ClusterRoleBinding) bool {
-		if equality.Semantic.DeepEqual(have.Subjects, subjects) {
-			return false
-		}
-		have.Subjects = subjects
-		return true
-	}); err != nil {
+	if err := applyClusterScoped(ctx, r, ps, binding, &rbacv1.ClusterRoleBinding{}); err != nil {
 		return msg, fmt.Errorf("ClusterRoleBinding %s: %w", name, err)
 	}
 	return msg, nil
 }
 
-// applyClusterScoped creates obj, or updates the stored version when mutate changes it, its
-// labels differ or the PolicyServer does not control it; reads go to the API reader.
-func applyClusterScoped[T client.Object](ctx context.Context, r *PolicyServerReconciler, ps *v1.PolicyServer, obj T, mutate func(have T) bool) error {
+// applyClusterScoped applies obj, controlled by the PolicyServer; the stored version (read into
+// live) comes from the API reader, not the cache.
+func applyClusterScoped(ctx context.Context, r *PolicyServerReconciler, ps *v1.PolicyServer, obj, live client.Object) error {
 	if err := controllerutil.SetControllerReference(ps, obj, r.Client.Scheme()); err != nil {
 		return err
 	}
-	have := obj.DeepCopyObject().(T)
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), have)
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live)
 	if apierrors.IsNotFound(err) {
-		return r.Client.Create(ctx, obj)
-	}
-	if err != nil {
+		live = nil
+	} else if err != nil {
 		return err
 	}
-	changed := mutate(have)
-	if !metav1.IsControlledBy(have, ps) {
-		if err := controllerutil.SetControllerReference(ps, have, r.Client.Scheme()); err != nil {
-			return err
-		}
-		changed = true
-	}
-	if labels, ok := mergeLabels(have.GetLabels(), obj.GetLabels()); ok {
-		have.SetLabels(labels)
-		changed = true
-	}
-	if !changed {
-		return nil
-	}
-	return r.Client.Update(ctx, have)
+	_, err = applyOwned(ctx, r.Client, obj, live)
+	return err
 }
 
 // deleteContextAwareRBAC deletes the ClusterRole and ClusterRoleBinding name when they exist.

@@ -110,7 +110,7 @@ func TestContextAwareRBACReconcile(t *testing.T) {
 	}
 	if _, err, writes := e.reconcile("default"); err != nil {
 		t.Fatal(err)
-	} else if !slices.Contains(writes, "create ClusterRole "+name) || !slices.Contains(writes, "create ClusterRoleBinding "+name) {
+	} else if !slices.Contains(writes, "apply ClusterRole "+name) || !slices.Contains(writes, "apply ClusterRoleBinding "+name) {
 		t.Fatalf("writes: %v", writes)
 	}
 	role := &rbacv1.ClusterRole{}
@@ -144,7 +144,7 @@ func TestContextAwareRBACReconcile(t *testing.T) {
 	if err := e.c.Create(e.ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "update ClusterRole "+name) {
+	if _, err, writes := e.reconcile("default"); err != nil || !slices.Contains(writes, "apply ClusterRole "+name) {
 		t.Fatalf("after adding a policy: %v %v", err, writes)
 	}
 	_ = e.c.Get(e.ctx, client.ObjectKey{Name: name}, role)

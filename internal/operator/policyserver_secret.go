@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
 )
@@ -22,25 +23,20 @@ const (
 // needs another look.
 func (r *PolicyServerReconciler) reconcileSecret(ctx context.Context, ps *v1.PolicyServer) (time.Duration, error) {
 	sec := &corev1.Secret{ObjectMeta: r.objectMeta(ps), Type: corev1.SecretTypeOpaque}
-	var recheck time.Duration
-	_, err := createOrUpdate(ctx, r.Client, ps, sec, func(have *corev1.Secret) (bool, error) {
-		crt, key, issued, after, err := r.Certs.ServerCert(ctx, ps.Name, have.Data[TLSCertKey], have.Data[TLSKeyKey])
-		if err != nil {
-			return false, fmt.Errorf("certificate: %w", err)
-		}
-		recheck = after
-		if !issued {
-			return false, nil
-		}
-		if have.Data == nil {
-			have.Data = map[string][]byte{}
-		}
-		have.Data[TLSCertKey], have.Data[TLSKeyKey] = crt, key
-		r.Recorder.Eventf(ps, corev1.EventTypeNormal, EventReasonCertificateIssued, "certificate for %s issued", ServiceHost(ps.Name, r.Options.Namespace))
-		return true, nil
-	})
-	if err != nil {
+	have := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(sec), have); client.IgnoreNotFound(err) != nil {
 		return 0, fmt.Errorf("Secret: %w", err)
+	}
+	crt, key, issued, recheck, err := r.Certs.ServerCert(ctx, ps.Name, have.Data[TLSCertKey], have.Data[TLSKeyKey])
+	if err != nil {
+		return 0, fmt.Errorf("Secret: certificate: %w", err)
+	}
+	sec.Data = map[string][]byte{TLSCertKey: crt, TLSKeyKey: key}
+	if _, _, err := applyServerObject(ctx, r.Client, ps, sec); err != nil {
+		return 0, fmt.Errorf("Secret: %w", err)
+	}
+	if issued {
+		r.Recorder.Eventf(ps, corev1.EventTypeNormal, EventReasonCertificateIssued, "certificate for %s issued", ServiceHost(ps.Name, r.Options.Namespace))
 	}
 	return recheck, nil
 }

@@ -3,10 +3,8 @@ package operator
 import (
 	"context"
 	"fmt"
-	"maps"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
@@ -33,43 +31,12 @@ func (r *PolicyServerReconciler) desiredService(ps *v1.PolicyServer) *corev1.Ser
 }
 
 // reconcileService keeps the Service's type, selector and ports; the fields the apiserver
-// allocates (cluster IPs) are left alone.
+// allocates (cluster IPs) are not the controller's.
 func (r *PolicyServerReconciler) reconcileService(ctx context.Context, ps *v1.PolicyServer) error {
-	want := r.desiredService(ps)
-	_, err := createOrUpdate(ctx, r.Client, ps, want, func(have *corev1.Service) (bool, error) {
-		changed := false
-		if have.Spec.Type != want.Spec.Type {
-			have.Spec.Type = want.Spec.Type
-			changed = true
-		}
-		if !maps.Equal(have.Spec.Selector, want.Spec.Selector) {
-			have.Spec.Selector = want.Spec.Selector
-			changed = true
-		}
-		if !servicePortsEqual(have.Spec.Ports, want.Spec.Ports) {
-			have.Spec.Ports = want.Spec.Ports
-			changed = true
-		}
-		return changed, nil
-	})
-	if err != nil {
+	if _, _, err := applyServerObject(ctx, r.Client, ps, r.desiredService(ps)); err != nil {
 		return fmt.Errorf("Service: %w", err)
 	}
 	return nil
-}
-
-// servicePortsEqual compares the fields of the ports the controller sets.
-func servicePortsEqual(have, want []corev1.ServicePort) bool {
-	if len(have) != len(want) {
-		return false
-	}
-	for i := range want {
-		h, w := have[i], want[i]
-		if h.Name != w.Name || h.Port != w.Port || h.Protocol != w.Protocol || !equality.Semantic.DeepEqual(h.TargetPort, w.TargetPort) {
-			return false
-		}
-	}
-	return true
 }
 
 // serverPorts returns the webhook and probe ports of ps (the CRD's defaults when unset).

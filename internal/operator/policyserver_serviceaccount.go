@@ -13,7 +13,7 @@ import (
 // is empty. Its only permission is the Role of policyserver_rbac.go: reading its ConfigMap.
 func (r *PolicyServerReconciler) reconcileServiceAccount(ctx context.Context, ps *v1.PolicyServer) error {
 	sa := &corev1.ServiceAccount{ObjectMeta: r.objectMeta(ps)}
-	if _, err := createOrUpdate(ctx, r.Client, ps, sa, func(*corev1.ServiceAccount) (bool, error) { return false, nil }); err != nil {
+	if _, _, err := applyServerObject(ctx, r.Client, ps, sa); err != nil {
 		return fmt.Errorf("ServiceAccount: %w", err)
 	}
 	return nil

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/host/metadata"
+	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/internal/audit"
+	"github.com/tollgate-dev/tollgate/internal/kubeclient"
+)
+
+type auditFlags struct {
+	o           audit.Options
+	kubeconfig  string
+	kubeContext string
+	extraCAs    []string
+	clientCert  string
+	clientKey   string
+	policyFile  string
+	output      string
+	logLevel    string
+	logFmt      string
+	rt          runtimeFlags
+}
+
+func newAuditCmd() *cobra.Command {
+	f := &auditFlags{}
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Check the objects already in the cluster against its policies and write policy reports",
+		Long: `audit sends every existing object that an active policy with backgroundAudit
+matches through that policy, as Kubewarden's audit scanner does: it lists the objects of
+the policy's rules page by page, builds a CREATE AdmissionReview for each, posts it to
+/audit/<policy> of the policy's PolicyServer over HTTPS (verified against the caBundle of
+the policy's webhook configuration) and writes one OpenReports Report per audited object
+in its namespace (ClusterReport for cluster-scoped objects), updated in place; reports of
+objects that are gone or no longer matched are deleted. --report-kind policyreport writes
+the legacy wgpolicyk8s.io PolicyReport/ClusterPolicyReport instead.
+
+Skipped as by Kubewarden: rules with "*" in apiGroups, apiVersions or resources, rules
+without the CREATE operation, policies with backgroundAudit: false or not active.
+A policy that mentions userInfo gets a warning: audit requests have no user.
+
+With --policy FILE.yaml (a ClusterAdmissionPolicy or AdmissionPolicy manifest) the
+policy's module runs here, against the cluster's objects its rules match, and the results
+are printed (-o table, json or yaml); no report is written and no policy server is needed.
+
+Exit status: 0 when the audit ran (whatever the policies said: an object a policy could
+not evaluate, or a policy server that is down, is an "error" result); 1 when the audit
+itself failed (bad flags, the cluster unreachable, a list or a report write refused).`,
+		Example: `  tollgate audit --tollgate-namespace tollgate                 # in the cluster (the chart's CronJob)
+  tollgate audit --kubeconfig ~/.kube/config -n shop --disable-store -o json
+  tollgate audit --policy my-policy.yaml --kubeconfig ~/.kube/config`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAudit(cmd, f) },
+	}
+	fs := cmd.Flags()
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = "tollgate"
+	}
+	fs.StringVarP(&f.o.Namespace, "tollgate-namespace", "k", ns, "tollgate's namespace: its policy servers' Services; never audited (default $POD_NAMESPACE, else tollgate)")
+	fs.StringVarP(&f.o.OnlyNamespace, "namespace", "n", "", "audit only this namespace")
+	fs.BoolVarP(&f.o.ClusterOnly, "cluster", "c", false, "audit only cluster-scoped objects")
+	fs.StringSliceVarP(&f.o.IgnoreNamespaces, "ignore-namespaces", "i", nil, "namespaces not to audit (repeatable, or a comma list)")
+	fs.StringVarP(&f.o.Server.URL, "policy-server-url", "u", "", "send every request to this base URL instead of the policy servers' Services (certificates are still verified for the Service's name)")
+	fs.BoolVar(&f.o.Server.ServiceIP, "service-ip", false, "dial the policy servers' ClusterIPs instead of their DNS names (a run outside the cluster that reaches the Service network)")
+	fs.StringSliceVarP(&f.extraCAs, "extra-ca", "f", nil, "PEM file of a CA to trust besides the caBundle of the policies' webhook configurations")
+	fs.StringVar(&f.clientCert, "client-cert", "", "client certificate (PEM) for policy servers that require mTLS")
+	fs.StringVar(&f.clientKey, "client-key", "", "key of --client-cert (PEM)")
+	fs.DurationVar(&f.o.Server.Timeout, "request-timeout", 10*time.Second, "deadline of one request to a policy server")
+	fs.IntVar(&f.o.ParallelNamespaces, "parallel-namespaces", 1, "namespaces audited at once")
+	fs.IntVar(&f.o.ParallelResources, "parallel-resources", 100, "objects audited at once per namespace")
+	fs.IntVar(&f.o.ParallelPolicies, "parallel-policies", 5, "policies evaluated at once per object")
+	fs.Int64Var(&f.o.PageSize, "page-size", 100, "objects per List page")
+	fs.StringVar(&f.o.ReportKind, "report-kind", audit.ReportOpenReports, "openreports (openreports.io Report/ClusterReport) or policyreport (legacy wgpolicyk8s.io PolicyReport/ClusterPolicyReport)")
+	fs.BoolVar(&f.o.NoReports, "disable-store", false, "write no reports (print the results with -o)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster configuration, then the usual kubeconfig rules, when empty)")
+	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context")
+	fs.StringVar(&f.policyFile, "policy", "", "audit with this policy manifest (ClusterAdmissionPolicy or AdmissionPolicy YAML), its module run here; prints the results, writes no report")
+	fs.StringVarP(&f.output, "output", "o", "", "print every result: table, json or yaml (default with --policy: table; else only the summary)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFmt, "log-fmt", "text", "text or json")
+	fs.StringVar(&f.rt.cacheDir, "cache-dir", "", "with --policy: compilation cache directory")
+	fs.BoolVar(&f.rt.noCache, "no-cache", false, "with --policy: do not use the on-disk compilation cache")
+	fs.DurationVar(&f.rt.timeout, "timeout", policy.DefaultTimeout, "with --policy: evaluation deadline")
+	cmd.MarkFlagsRequiredTogether("client-cert", "client-key")
+	return cmd
+}
+
+func (f *auditFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q: want debug, info, warn or error", f.logLevel)
+	}
+	switch f.logFmt {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+	}
+	return nil, fmt.Errorf("--log-fmt: %q: want text or json", f.logFmt)
+}
+
+func runAudit(cmd *cobra.Command, f *auditFlags) error {
+	ctx := cmd.Context()
+	if f.output == "" && f.policyFile != "" {
+		f.output = "table"
+	}
+	if err := checkFormat(f.output, "", "table", "json", "yaml"); err != nil {
+		return err
+	}
+	if f.o.ReportKind != audit.ReportOpenReports && f.o.ReportKind != audit.ReportPolicyReport {
+		return fmt.Errorf("--report-kind: %q: want %s or %s", f.o.ReportKind, audit.ReportOpenReports, audit.ReportPolicyReport)
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"--parallel-namespaces", f.o.ParallelNamespaces}, {"--parallel-resources", f.o.ParallelResources}, {"--parallel-policies", f.o.ParallelPolicies}, {"--page-size", int(f.o.PageSize)}} {
+		if p.v < 1 {
+			return fmt.Errorf("%s: %d: want 1 or more", p.name, p.v)
+		}
+	}
+	if f.o.ClusterOnly && f.o.OnlyNamespace != "" {
+		return errors.New("--cluster and --namespace exclude each other: cluster-scoped objects have no namespace")
+	}
+	log, err := f.logger(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	f.o.Logger = log
+	for _, file := range f.extraCAs {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("--extra-ca: %w", err)
+		}
+		f.o.Server.ExtraCAs = append(f.o.Server.ExtraCAs, b)
+	}
+	if f.clientCert != "" {
+		c, err := tls.LoadX509KeyPair(f.clientCert, f.clientKey)
+		if err != nil {
+			return fmt.Errorf("--client-cert/--client-key: %w", err)
+		}
+		f.o.Server.ClientCert = &c
+	}
+	cfg, err := kubeclient.Config(f.kubeconfig, f.kubeContext)
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	if f.policyFile != "" {
+		f.o.NoReports = true
+		p, ev, err := localPolicy(ctx, f.policyFile, &f.rt, log)
+		if err != nil {
+			return err
+		}
+		defer ev.close(ctx)
+		f.o.Policies = []*audit.Policy{p}
+		f.o.Evaluator = ev
+	}
+	var mu sync.Mutex
+	var results []audit.Result
+	if f.output != "" {
+		f.o.OnResult = func(r audit.Result) {
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+		}
+	}
+	s, runErr := audit.Run(ctx, cfg, f.o)
+	if f.output != "" {
+		sort.Slice(results, func(i, j int) bool {
+			a, b := results[i], results[j]
+			if a.Object.Namespace != b.Object.Namespace {
+				return a.Object.Namespace < b.Object.Namespace
+			}
+			if a.Object.Kind != b.Object.Kind {
+				return a.Object.Kind < b.Object.Kind
+			}
+			if a.Object.Name != b.Object.Name {
+				return a.Object.Name < b.Object.Name
+			}
+			return a.Policy < b.Policy
+		})
+		if err := printAuditResults(cmd.OutOrStdout(), f.output, s, results); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), summaryLine(s, !f.o.NoReports))
+	if runErr != nil {
+		cmd.SilenceUsage = true
+		return runErr
+	}
+	return nil
+}
+
+func summaryLine(s *audit.Summary, reports bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tollgate audit: %d policies audited, %d skipped, %d errored; %d namespaces, %d objects listed, %d evaluated: %d pass, %d fail, %d error",
+		len(s.Audited), len(s.Skipped), len(s.Errored), s.Namespaces, s.Listed, s.Evaluated, s.Pass, s.Fail, s.Error)
+	if reports {
+		fmt.Fprintf(&b, "; reports %d created, %d updated, %d deleted, %d unchanged", s.Created, s.Updated, s.Deleted, s.Unchanged)
+	}
+	fmt.Fprintf(&b, "; %s", s.Duration.Round(time.Millisecond))
+	if len(s.Failures) > 0 {
+		fmt.Fprintf(&b, "; FAILED: %d of its own steps failed", len(s.Failures))
+	}
+	return b.String()
+}
+
+func printAuditResults(w io.Writer, format string, s *audit.Summary, results []audit.Result) error {
+	if format != "table" {
+		if results == nil {
+			results = []audit.Result{}
+		}
+		return printData(w, format, struct {
+			Summary *audit.Summary `json:"summary"`
+			Results []audit.Result `json:"results"`
+		}{s, results})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tKIND\tNAME\tPOLICY\tRESULT\tMESSAGE")
+	for _, r := range results {
+		ns := r.Object.Namespace
+		if ns == "" {
+			ns = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ns, r.Object.Kind, r.Object.Name, r.Policy, r.Outcome, strings.ReplaceAll(r.Message, "\n", " "))
+	}
+	for _, n := range s.Skipped {
+		fmt.Fprintf(tw, "-\t-\t-\t%s\tskip\t%s\n", n.Policy, n.Reason)
+	}
+	for _, n := range s.Errored {
+		fmt.Fprintf(tw, "-\t-\t-\t%s\terror\t%s\n", n.Policy, n.Reason)
+	}
+	return tw.Flush()
+}
+
+// localEvaluator runs one policy's module in this process, with /audit's semantics: the raw
+// verdict (no monitor mode, no message override).
+type localEvaluator struct {
+	host *policy.Host
+	p    *policy.Policy
+}
+
+func (e *localEvaluator) Evaluate(ctx context.Context, _ *audit.Policy, review []byte) audit.Verdict {
+	req, err := admission.ParseReview(review)
+	if err != nil {
+		return audit.Verdict{Outcome: audit.Error, Message: err.Error()}
+	}
+	res, err := e.p.Evaluate(ctx, req)
+	if err != nil {
+		return audit.Verdict{Outcome: audit.Error, Message: "evaluation failed: " + err.Error()}
+	}
+	v := res.Verdict()
+	if v.Accepted {
+		return audit.Verdict{Outcome: audit.Pass}
+	}
+	return audit.Verdict{Outcome: audit.Fail, Message: v.Message}
+}
+
+func (e *localEvaluator) close(ctx context.Context) {
+	e.p.Close(ctx)
+	_ = e.host.Close(ctx)
+}
+
+// localPolicy reads a policy manifest for `audit --policy` and loads its module.
+func localPolicy(ctx context.Context, file string, rt *runtimeFlags, log *slog.Logger) (*audit.Policy, *localEvaluator, error) {
+	m, ok, err := readPolicyManifest(file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--policy: %w", err)
+	}
+	if !ok {
+		return nil, nil, fmt.Errorf("--policy %s: want a .yaml or .yml policy manifest", file)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--policy: %w", err)
+	}
+	var obj v1.Policy
+	switch m.kind {
+	case "ClusterAdmissionPolicy":
+		var p v1.ClusterAdmissionPolicy
+		err = yaml.Unmarshal(b, &p)
+		obj = &p
+	case "AdmissionPolicy":
+		var p v1.AdmissionPolicy
+		err = yaml.Unmarshal(b, &p)
+		if err == nil && p.Namespace == "" {
+			return nil, nil, fmt.Errorf("policy manifest %s: an AdmissionPolicy needs metadata.namespace (the namespace it audits)", file)
+		}
+		obj = &p
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy manifest %s: %w", file, err)
+	}
+	if len(obj.Webhook().Rules) == 0 {
+		return nil, nil, fmt.Errorf("policy manifest %s: spec.rules is empty: nothing to audit", file)
+	}
+	resolver := newResolver()
+	mod, err := resolver.Resolve(ctx, m.module)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy manifest %s: spec.module: %w", file, err)
+	}
+	if _, err := metadata.Read(mod.Wasm); err != nil {
+		return nil, nil, fmt.Errorf("policy manifest %s: spec.module: %w", file, err)
+	}
+	h, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: rt.cacheDir, DisableCache: rt.noCache, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	if rt.timeout <= 0 {
+		rt.timeout = policy.DefaultTimeout
+	}
+	p, err := h.Load(ctx, policy.Spec{ID: m.module, Module: mod.Wasm, Settings: m.settings, Timeout: rt.timeout, PoolSize: 4})
+	if err != nil {
+		_ = h.Close(ctx)
+		return nil, nil, fmt.Errorf("policy manifest %s: %w", file, err)
+	}
+	return audit.NewPolicy(obj), &localEvaluator{host: h, p: p}, nil
+}

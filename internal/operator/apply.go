@@ -1,0 +1,207 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/applyconfigurations"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+)
+
+// FieldOwner is the field manager of every object the controller writes by server-side apply:
+// the PolicyServers' Deployments, Services, ConfigMaps, Secrets, ServiceAccounts,
+// PodDisruptionBudgets, Roles, RoleBindings, context-aware ClusterRoles and ClusterRoleBindings,
+// and the policies' webhook configurations.
+const FieldOwner = "tollgate-controller"
+
+// typeConverter parses the built-in kinds the controller applies (client-go's schema).
+var typeConverter = sync.OnceValue(func() managedfields.TypeConverter {
+	return applyconfigurations.NewTypeConverter(scheme.Scheme)
+})
+
+// applyOwned makes the fields of desired that the controller owns what desired says, by a
+// server-side apply with FieldOwner (forcing ownership of fields another manager took), and
+// reports whether it wrote. live is the stored object (nil when there is none); when the
+// fields FieldOwner owns in it, with their stored values, already equal desired, nothing is
+// sent: a controller restart against unchanged objects makes no request. Fields of other
+// managers are left alone; a field the controller set before and desired no longer has is
+// removed by the apply. On a write, desired is replaced by the object as stored.
+//
+// desired is a typed object built for the purpose: every field it marshals is one the
+// controller means to own (nulls, status and the server's metadata are dropped).
+func applyOwned(ctx context.Context, c client.Client, desired, live client.Object) (bool, error) {
+	gvk, err := apiutil.GVKForObject(desired, c.Scheme())
+	if err != nil {
+		return false, err
+	}
+	want, err := applyContent(desired)
+	if err != nil {
+		return false, err
+	}
+	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
+	if live != nil && !reflect.ValueOf(live).IsNil() {
+		owned, err := ownedContent(live, gvk.GroupVersion().String(), gvk.Kind)
+		if err != nil {
+			return false, fmt.Errorf("%s %s: reading the fields %s owns: %w", gvk.Kind, desired.GetName(), FieldOwner, err)
+		}
+		if sameContent(want, owned) {
+			return false, nil
+		}
+	}
+	u := &unstructured.Unstructured{Object: want}
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return false, err
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, desired); err != nil {
+		return true, fmt.Errorf("%s %s: reading the applied object: %w", gvk.Kind, desired.GetName(), err)
+	}
+	return true, nil
+}
+
+// applyContent is desired as an apply configuration: its JSON without nulls, status or the
+// metadata the server sets (name, namespace, labels, annotations and ownerReferences kept).
+func applyContent(desired client.Object) (map[string]any, error) {
+	b, err := json.Marshal(desired)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "status")
+	if md, ok := m["metadata"].(map[string]any); ok {
+		keep := map[string]any{}
+		for _, k := range []string{"name", "namespace", "labels", "annotations", "ownerReferences"} {
+			if v, ok := md[k]; ok {
+				keep[k] = v
+			}
+		}
+		m["metadata"] = keep
+	}
+	return dropNulls(m).(map[string]any), nil
+}
+
+// dropNulls removes null values from maps, recursively (empty maps stay: `emptyDir: {}`
+// means something).
+func dropNulls(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if e == nil {
+				delete(v, k)
+				continue
+			}
+			v[k] = dropNulls(e)
+		}
+	case []any:
+		for i := range v {
+			v[i] = dropNulls(v[i])
+		}
+	}
+	return v
+}
+
+// ownedContent returns the fields of live that FieldOwner set by apply, with their stored
+// values, in the shape of applyContent (the leaves of its managedFields entry extracted from the
+// object, as client-go's Extract functions do).
+func ownedContent(live client.Object, apiVersion, kind string) (map[string]any, error) {
+	var entry *metav1.ManagedFieldsEntry
+	for i, e := range live.GetManagedFields() {
+		if e.Manager == FieldOwner && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "" {
+			entry = &live.GetManagedFields()[i]
+			break
+		}
+	}
+	if entry == nil || entry.FieldsV1 == nil {
+		return map[string]any{}, nil
+	}
+	set := &fieldpath.Set{}
+	if err := set.FromJSON(entry.FieldsV1.GetRawReader()); err != nil {
+		return nil, err
+	}
+	obj := live.DeepCopyObject()
+	obj.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(apiVersion, kind))
+	tv, err := typeConverter().ObjectToTyped(obj, typed.AllowDuplicates)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := tv.ExtractItems(set.Leaves()).AsValue().Unstructured().(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("the fields of %s are not an object", FieldOwner)
+	}
+	// Through JSON, so that numbers and byte strings compare as applyContent's.
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	delete(out, "status") // the controller never applies a status
+	return dropNulls(out).(map[string]any), nil
+}
+
+// sameContent compares an apply configuration with the owned fields of the stored object,
+// leaving out the type and the object's name (the managed fields do not hold them).
+func sameContent(want, owned map[string]any) bool {
+	strip := func(m map[string]any) map[string]any {
+		out := map[string]any{}
+		for k, v := range m {
+			if k == "apiVersion" || k == "kind" {
+				continue
+			}
+			if mv, ok := v.(map[string]any); ok && k == "metadata" {
+				md := map[string]any{}
+				for mk, mv := range mv {
+					if mk != "name" && mk != "namespace" {
+						md[mk] = mv
+					}
+				}
+				if len(md) == 0 {
+					continue
+				}
+				v = md
+			}
+			out[k] = v
+		}
+		return out
+	}
+	return reflect.DeepEqual(strip(want), strip(owned))
+}
+
+// applyServerObject applies desired, an object of PolicyServer ps in the controller's namespace,
+// controlled by ps (garbage collection removes it with ps); the stored version is read from the
+// cache. It returns the object as stored, and whether it wrote.
+func applyServerObject[T client.Object](ctx context.Context, c client.Client, ps client.Object, desired T) (T, bool, error) {
+	if err := controllerutil.SetControllerReference(ps, desired, c.Scheme()); err != nil {
+		return desired, false, err
+	}
+	live := desired.DeepCopyObject().(T)
+	var have client.Object = live
+	if err := c.Get(ctx, client.ObjectKeyFromObject(desired), live); apierrors.IsNotFound(err) {
+		have = nil
+	} else if err != nil {
+		return desired, false, err
+	}
+	wrote, err := applyOwned(ctx, c, desired, have)
+	if err != nil || wrote || have == nil {
+		return desired, wrote, err
+	}
+	return live, false, nil
+}
