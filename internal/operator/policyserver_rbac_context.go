@@ -23,7 +23,7 @@ import (
 // The controller writes a ClusterRole granting what policies declare, so it needs escalate
 // (or to hold those permissions itself) and bind on ClusterRoles:
 //
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;create;update;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=escalate;bind
 
 // ContextAwareRoleName is the name of the ClusterRole (and of its ClusterRoleBinding) that

@@ -37,7 +37,7 @@ var (
 	}
 	// contextAwarePolicies=true adds what writing the servers' context-aware ClusterRoles needs.
 	wantContextAwareRules = []rbacv1.PolicyRule{
-		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "create", "update", "delete"}},
+		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles", "clusterrolebindings"}, Verbs: []string{"get", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"clusterroles"}, Verbs: []string{"escalate", "bind"}},
 	}
 	wantRoleRules = []rbacv1.PolicyRule{
