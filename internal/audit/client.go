@@ -61,7 +61,7 @@ type serverEvaluator struct {
 type serverState struct {
 	base string // https://host:port
 	http *http.Client
-	err  error  // resolving the Service failed: every evaluation errors with it
+	err  error // resolving the Service failed: every evaluation errors with it
 
 	mu       sync.Mutex
 	failures int

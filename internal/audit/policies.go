@@ -50,26 +50,36 @@ func ListPolicies(ctx context.Context, c client.Reader) ([]v1.Policy, error) {
 		if err := c.List(ctx, l.list); err != nil {
 			return nil, fmt.Errorf("listing %ss: %w", l.kind, err)
 		}
-		switch l := l.list.(type) {
-		case *v1.ClusterAdmissionPolicyList:
-			for i := range l.Items {
-				out = append(out, &l.Items[i])
-			}
-		case *v1.AdmissionPolicyList:
-			for i := range l.Items {
-				out = append(out, &l.Items[i])
-			}
-		case *v1.ClusterAdmissionPolicyGroupList:
-			for i := range l.Items {
-				out = append(out, &l.Items[i])
-			}
-		case *v1.AdmissionPolicyGroupList:
-			for i := range l.Items {
-				out = append(out, &l.Items[i])
-			}
-		}
+		out = append(out, items(l.list)...)
 	}
 	return out, nil
+}
+
+// items are a policy list's items as Policies.
+func items(l client.ObjectList) []v1.Policy {
+	var out []v1.Policy
+	switch l := l.(type) {
+	case *v1.ClusterAdmissionPolicyList:
+		out = pointers(l.Items)
+	case *v1.AdmissionPolicyList:
+		out = pointers(l.Items)
+	case *v1.ClusterAdmissionPolicyGroupList:
+		out = pointers(l.Items)
+	case *v1.AdmissionPolicyGroupList:
+		out = pointers(l.Items)
+	}
+	return out
+}
+
+func pointers[T any, P interface {
+	*T
+	v1.Policy
+}](in []T) []v1.Policy {
+	out := make([]v1.Policy, len(in))
+	for i := range in {
+		out[i] = P(&in[i])
+	}
+	return out
 }
 
 // NewPolicy wraps a policy resource.

@@ -29,8 +29,8 @@ const (
 
 // reportAPI is the group, version and resources of one report kind.
 type reportAPI struct {
-	gv                     schema.GroupVersion
-	kind, clusterKind      string
+	gv                      schema.GroupVersion
+	kind, clusterKind       string
 	resource, clusterPlural string
 }
 
@@ -207,29 +207,22 @@ func (w *reportWriter) reconcile(ctx context.Context, namespace string, objs map
 	}
 	var mu sync.Mutex
 	var errs []error
-	sem := make(chan struct{}, w.parallel)
-	var wg sync.WaitGroup
-	for _, o := range ops {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			err := w.write(ctx, res, o.name, o.report, o.create)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errs = append(errs, err)
-			case o.report == nil:
-				rc.deleted++
-			case o.create:
-				rc.created++
-			default:
-				rc.updated++
-			}
-		}()
-	}
-	wg.Wait()
+	parallel(w.parallel, len(ops), func(i int) {
+		o := ops[i]
+		err := w.write(ctx, res, o.name, o.report, o.create)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case o.report == nil:
+			rc.deleted++
+		case o.create:
+			rc.created++
+		default:
+			rc.updated++
+		}
+	})
 	return rc, errs
 }
 

@@ -113,17 +113,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Summary, error) {
 			a.fail(err)
 		}
 		s.Namespaces = len(nss)
-		sem := make(chan struct{}, o.ParallelNamespaces)
-		var wg sync.WaitGroup
-		for _, ns := range nss {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				a.scope(ctx, ns.Name, ns.Labels)
-			}()
-		}
-		wg.Wait()
+		parallel(o.ParallelNamespaces, len(nss), func(i int) { a.scope(ctx, nss[i].Name, nss[i].Labels) })
 	}
 	s.Duration = time.Since(start)
 	sort.Strings(s.Failures)
@@ -131,6 +121,27 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Summary, error) {
 		return s, fmt.Errorf("the audit failed %d time(s): %s", len(s.Failures), strings.Join(s.Failures, "; "))
 	}
 	return s, ctx.Err()
+}
+
+// parallel calls fn(0..n-1), at most limit at once, and returns when all have returned.
+func parallel(limit, n int, fn func(i int)) {
+	if n == 1 || limit == 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // rawClient is a REST client for lists read as raw JSON pages.
@@ -279,24 +290,17 @@ func (a *auditor) evaluate(ctx context.Context, t target, it item, matched []*Po
 	ref := ObjectRef{APIVersion: t.gvr.GroupVersion().String(), Kind: t.kind, Namespace: it.namespace, Name: it.name, UID: it.uid, ResourceVersion: it.rv}
 	review := buildReview(t, it)
 	out := make([]Result, len(matched))
-	sem := make(chan struct{}, a.o.ParallelPolicies)
-	var wg sync.WaitGroup
-	for i, p := range matched {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			v := a.ev.Evaluate(ctx, p, review)
-			if v.Outcome != Pass && v.Outcome != Fail && v.Outcome != Error {
-				v = Verdict{Error, fmt.Sprintf("the evaluator answered %q", v.Outcome)}
-			}
-			out[i] = Result{Policy: p.ID, Object: ref, Outcome: v.Outcome, Message: v.Message, Severity: p.severity, Category: p.category, Time: a.o.Now().UTC().Truncate(time.Second)}
-			if a.o.OnResult != nil {
-				a.o.OnResult(out[i])
-			}
-		}()
-	}
-	wg.Wait()
+	parallel(a.o.ParallelPolicies, len(matched), func(i int) {
+		p := matched[i]
+		v := a.ev.Evaluate(ctx, p, review)
+		if v.Outcome != Pass && v.Outcome != Fail && v.Outcome != Error {
+			v = Verdict{Error, fmt.Sprintf("the evaluator answered %q", v.Outcome)}
+		}
+		out[i] = Result{Policy: p.ID, Object: ref, Outcome: v.Outcome, Message: v.Message, Severity: p.severity, Category: p.category, Time: a.o.Now().UTC().Truncate(time.Second)}
+		if a.o.OnResult != nil {
+			a.o.OnResult(out[i])
+		}
+	})
 	a.count(func(s *Summary) {
 		s.Evaluated++
 		for _, r := range out {

@@ -25,41 +25,26 @@ type webhook struct {
 func loadWebhooks(ctx context.Context, c client.Reader, policies []*Policy) error {
 	for _, p := range policies {
 		key := client.ObjectKey{Name: p.ID}
-		var hooks []struct {
-			ca  []byte
-			sel *metav1.LabelSelector
-		}
+		var ca []byte
+		var sel *metav1.LabelSelector
+		var err error
+		found := false
 		if p.Object.IsMutating() {
 			var m admissionregistrationv1.MutatingWebhookConfiguration
-			if err := c.Get(ctx, key, &m); err != nil {
-				if apierrors.IsNotFound(err) {
-					continue
-				}
-				return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", p.ID, err)
-			}
-			for _, w := range m.Webhooks {
-				hooks = append(hooks, struct {
-					ca  []byte
-					sel *metav1.LabelSelector
-				}{w.ClientConfig.CABundle, w.NamespaceSelector})
+			if err = c.Get(ctx, key, &m); err == nil && len(m.Webhooks) > 0 {
+				ca, sel, found = m.Webhooks[0].ClientConfig.CABundle, m.Webhooks[0].NamespaceSelector, true
 			}
 		} else {
 			var v admissionregistrationv1.ValidatingWebhookConfiguration
-			if err := c.Get(ctx, key, &v); err != nil {
-				if apierrors.IsNotFound(err) {
-					continue
-				}
-				return fmt.Errorf("reading ValidatingWebhookConfiguration %s: %w", p.ID, err)
-			}
-			for _, w := range v.Webhooks {
-				hooks = append(hooks, struct {
-					ca  []byte
-					sel *metav1.LabelSelector
-				}{w.ClientConfig.CABundle, w.NamespaceSelector})
+			if err = c.Get(ctx, key, &v); err == nil && len(v.Webhooks) > 0 {
+				ca, sel, found = v.Webhooks[0].ClientConfig.CABundle, v.Webhooks[0].NamespaceSelector, true
 			}
 		}
-		if len(hooks) > 0 {
-			p.webhook = &webhook{caBundle: hooks[0].ca, namespaceSelector: hooks[0].sel}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading the webhook configuration %s: %w", p.ID, err)
+		}
+		if found {
+			p.webhook = &webhook{caBundle: ca, namespaceSelector: sel}
 		}
 	}
 	return nil
