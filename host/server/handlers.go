@@ -140,7 +140,7 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	if e.err != nil {
 		log.Warn("request for a policy that failed to load", "error", e.err)
 		return s.write(w, kind, http.StatusInternalServerError,
-			admission.Errored(in.uid, http.StatusInternalServerError, fmt.Errorf("policy %s is not loaded: %v", id, e.err)))
+			admission.Errored(in.uid, http.StatusInternalServerError, errors.New(userMessage("policy "+id+" is not loaded: ", id, e.err))))
 	}
 
 	if e.throttleUntil.Load() > time.Now().UnixNano() {
@@ -356,7 +356,7 @@ func (s *Server) errored(log *slog.Logger, e *entry, kind endpointKind, in *inpu
 	if reason == "wrong_type" {
 		code = http.StatusBadRequest
 	}
-	d := decision{resp: admission.Errored(in.uid, code, fmt.Errorf("policy %s: evaluation failed: %v", e.cfg.ID, err))}
+	d := decision{resp: admission.Errored(in.uid, code, errors.New(userMessage("policy "+e.cfg.ID+": evaluation failed: ", e.cfg.ID, err)))}
 	d = s.monitor(log, &e.cfg, kind, in, d)
 	d.costly = reason == "timeout" || reason == "memory"
 	return d
@@ -431,6 +431,7 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 			out.Policies = append(out.Policies, set.entries[id].status())
 		}
 	}
+	redactStatus(&out)
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 // Evaluator is a loaded policy as the server sees it. *policy.Policy
@@ -379,7 +380,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 	load := func(u *unit, car []config.ContextAwareResource, caps []string) (reused bool) {
 		f := fetch(u.module)
 		if f.err != nil {
-			u.err = f.err
+			u.err = redact.Error(f.err, u.module) // shown in logs, GET /policies and answers
 			return false
 		}
 		timeout := u.timeout
@@ -412,7 +413,7 @@ func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *p
 			ev, err = l.Load(ctx, spec)
 		}
 		if err != nil {
-			u.err = err
+			u.err = redact.Error(err, u.module)
 			return false
 		}
 		u.eval, u.loadedAt = ev, time.Now()
