@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/tollgate-dev/tollgate/host/config"
@@ -102,7 +103,10 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		logger.Info("no --policies given: serving the embedded example policies", "policies", policyIDs(cfg))
 	}
 
-	host, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: o.CacheDir, Logger: logger})
+	logsDropped := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_policy_log_lines_dropped_total",
+		Help: "Log lines of a policy dropped because it logged above its rate limit."}, []string{"policy"})
+	host, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: o.CacheDir, Logger: logger,
+		GuestLogDropped: func(id string) { logsDropped.WithLabelValues(id).Inc() }})
 	if err != nil {
 		return err
 	}
@@ -174,7 +178,8 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		}
 		return &config.Config{Options: opts, Policies: pols, Warnings: warns, Sources: cfg.Sources, Source: b}, b, nil
 	}
-	so := server.Options{Config: cfg, Loader: loader, Logger: logger, TLS: tlsCfg, Certs: certs, Reread: reread}
+	so := server.Options{Config: cfg, Loader: loader, Logger: logger, TLS: tlsCfg, Certs: certs, Reread: reread,
+		Metrics: []prometheus.Collector{logsDropped}}
 	closeCapabilities, err := withCapabilities(cmd, loader, &so, cfg, resolver, logger)
 	if err != nil {
 		return err

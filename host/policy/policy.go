@@ -47,13 +47,17 @@ type HostOptions struct {
 	DisableCache bool
 	// Logger receives policy logs (with the policy id) and guest output.
 	Logger *slog.Logger
+	// GuestLogDropped, when set, is called with the policy id for each log
+	// line of a guest dropped by its rate limit (see guestlog.go).
+	GuestLogDropped func(policy string)
 }
 
 // Host loads policies. Policies whose modules have the same digest and memory
 // limit share one compiled module. A Host is safe for concurrent use.
 type Host struct {
-	engine *wasm.Engine
-	logger *slog.Logger
+	engine     *wasm.Engine
+	logger     *slog.Logger
+	logDropped func(policy string)
 
 	mu     sync.Mutex
 	shared map[sharedKey]*sharedPool
@@ -69,7 +73,7 @@ func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Host{engine: e, logger: logger, shared: map[sharedKey]*sharedPool{}}, nil
+	return &Host{engine: e, logger: logger, logDropped: o.GuestLogDropped, shared: map[sharedKey]*sharedPool{}}, nil
 }
 
 // Modules is how many distinct compiled modules the host holds (policies
@@ -187,6 +191,7 @@ type Policy struct {
 	// inlineHostCalls: Spec.HostCallsInline.
 	inlineHostCalls bool
 	logger          *slog.Logger
+	guestLog        guestLog
 	// shared is the pool the policy shares with others (Spec.ShareInstances),
 	// nil when pool is its own; leave gives it back on Close.
 	shared *sharedPool
@@ -255,6 +260,7 @@ func (h *Host) newPolicy(s Spec, md *metadata.Metadata, settings json.RawMessage
 		timeout: s.Timeout, maxResp: s.MaxResponseBytes, hostCall: s.HostCalls,
 		logger: h.logger.With("policy", s.ID),
 	}
+	p.guestLog.dropped = h.logDropped
 	p.hostHandler = p.handleHostCall
 	p.inlineHostCalls = s.HostCalls != nil && s.HostCallsInline
 	if p.timeout <= 0 {
