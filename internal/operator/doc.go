@@ -21,6 +21,10 @@
 //	  configuration and loaded the policy
 //	  status and Events of the policy
 //
+// Every object the reconcilers own is written by server-side apply with the field manager
+// FieldOwner, and only when the fields that manager owns in the stored object differ from the
+// desired ones (apply.go).
+//
 // Policy changes reach the servers by hot reload of the mounted ConfigMap: the Deployment's pod
 // template never changes with them.
 //
