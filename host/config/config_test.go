@@ -207,8 +207,9 @@ func TestValidateOptions(t *testing.T) {
 	o.Workers = 0
 	o.CertFile = "c.pem"
 	o.LogFmt = "xml"
+	o.PoliciesEndpoint = "everywhere"
 	err := o.Validate()
-	for _, w := range []string{"--workers=0", "--cert-file=c.pem", "--log-fmt=xml"} {
+	for _, w := range []string{"--workers=0", "--cert-file=c.pem", "--log-fmt=xml", "--policies-endpoint=everywhere: invalid configuration: must be probe, webhook or off"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("error %v does not name %s", err, w)
 		}

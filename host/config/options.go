@@ -53,6 +53,12 @@ type Options struct {
 	CacheDir              string
 	StateDir              string
 
+	// PoliciesEndpoint is where GET /policies is served: "probe" (the
+	// plain-HTTP probe port, where the operator reads it), "webhook" (the
+	// webhook port only, behind its TLS and client certificates) or "off";
+	// "" is "probe".
+	PoliciesEndpoint string
+
 	LogLevel string
 	LogFmt   string
 }
@@ -75,8 +81,16 @@ func Defaults() Options {
 		Watch:              true,
 		LogLevel:           "info",
 		LogFmt:             "text",
+		PoliciesEndpoint:   PoliciesOnProbe,
 	}
 }
+
+// Where GET /policies is served (Options.PoliciesEndpoint).
+const (
+	PoliciesOnProbe   = "probe"
+	PoliciesOnWebhook = "webhook"
+	PoliciesOff       = "off"
+)
 
 // EffectiveQueueSize is the number of requests allowed to wait for a worker.
 func (o *Options) EffectiveQueueSize() int {
@@ -116,6 +130,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "where a generated certificate and CA are written (empty: the user config dir)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "trace, debug, info, warn or error")
 	fs.StringVar(&o.LogFmt, "log-fmt", o.LogFmt, "text or json")
+	fs.StringVar(&o.PoliciesEndpoint, "policies-endpoint", o.PoliciesEndpoint, "where GET /policies is served: probe (the plain-HTTP probe port, where the operator reads it), webhook (the HTTPS webhook port only, behind its TLS and --client-ca-file) or off")
 }
 
 // EnvName is the environment variable for a flag name.
@@ -240,6 +255,11 @@ func (o *Options) Validate() error {
 	}
 	if o.LogFmt != "text" && o.LogFmt != "json" {
 		bad("log-fmt", o.LogFmt, "must be text or json")
+	}
+	switch o.PoliciesEndpoint {
+	case "", PoliciesOnProbe, PoliciesOnWebhook, PoliciesOff: // "": probe
+	default:
+		bad("policies-endpoint", o.PoliciesEndpoint, "must be probe, webhook or off")
 	}
 	return errors.Join(errs...)
 }

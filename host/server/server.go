@@ -659,7 +659,9 @@ func (s *Server) probeHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /policies", s.handlePolicies)
+	if e := s.opts.PoliciesEndpoint; e == "" || e == config.PoliciesOnProbe {
+		mux.HandleFunc("GET /policies", s.handlePolicies)
+	}
 	return mux
 }
 
@@ -682,6 +684,9 @@ func (s *Server) webhookHandler() http.Handler {
 	mux.HandleFunc("POST /validate/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindValidate) })
 	mux.HandleFunc("POST /audit/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindAudit) })
 	mux.HandleFunc("POST /validate_raw/{id}", func(w http.ResponseWriter, r *http.Request) { s.handleValidate(w, r, kindRaw) })
+	if s.opts.PoliciesEndpoint == config.PoliciesOnWebhook {
+		mux.HandleFunc("GET /policies", s.handlePolicies)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
 			w.Header().Set("Connection", "close") // net/http closes the connection after this response

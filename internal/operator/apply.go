@@ -5,21 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"sync"
+	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/client-go/applyconfigurations"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
-	"sigs.k8s.io/structured-merge-diff/v6/typed"
 )
 
 // FieldOwner is the field manager of every object the controller writes by server-side apply:
@@ -27,11 +22,6 @@ import (
 // PodDisruptionBudgets, Roles, RoleBindings, context-aware ClusterRoles and ClusterRoleBindings,
 // and the policies' webhook configurations.
 const FieldOwner = "tollgate-controller"
-
-// typeConverter parses the built-in kinds the controller applies (client-go's schema).
-var typeConverter = sync.OnceValue(func() managedfields.TypeConverter {
-	return applyconfigurations.NewTypeConverter(scheme.Scheme)
-})
 
 // applyOwned makes the fields of desired that the controller owns what desired says, by a
 // server-side apply with FieldOwner (forcing ownership of fields another manager took), and
@@ -54,7 +44,7 @@ func applyOwned(ctx context.Context, c client.Client, desired, live client.Objec
 	}
 	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
 	if live != nil && !reflect.ValueOf(live).IsNil() {
-		owned, err := ownedContent(live, gvk.GroupVersion().String(), gvk.Kind)
+		owned, err := ownedContent(live)
 		if err != nil {
 			return false, fmt.Errorf("%s %s: reading the fields %s owns: %w", gvk.Kind, desired.GetName(), FieldOwner, err)
 		}
@@ -117,9 +107,10 @@ func dropNulls(v any) any {
 }
 
 // ownedContent returns the fields of live that FieldOwner set by apply, with their stored
-// values, in the shape of applyContent (the leaves of its managedFields entry extracted from the
-// object, as client-go's Extract functions do).
-func ownedContent(live client.Object, apiVersion, kind string) (map[string]any, error) {
+// values, in the shape of applyContent: the object walked along the FieldsV1 tree of its
+// managedFields entry (fieldsOf). It needs no schema: a keyed list item is found by its key
+// fields, and list items keep their stored order.
+func ownedContent(live client.Object) (map[string]any, error) {
 	var entry *metav1.ManagedFieldsEntry
 	for i, e := range live.GetManagedFields() {
 		if e.Manager == FieldOwner && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "" {
@@ -130,31 +121,126 @@ func ownedContent(live client.Object, apiVersion, kind string) (map[string]any, 
 	if entry == nil || entry.FieldsV1 == nil {
 		return map[string]any{}, nil
 	}
-	set := &fieldpath.Set{}
-	if err := set.FromJSON(entry.FieldsV1.GetRawReader()); err != nil {
-		return nil, err
+	var fields map[string]any
+	if err := json.Unmarshal(entry.FieldsV1.Raw, &fields); err != nil {
+		return nil, fmt.Errorf("managedFields of %s: %w", FieldOwner, err)
 	}
-	obj := live.DeepCopyObject()
-	obj.GetObjectKind().SetGroupVersionKind(schema.FromAPIVersionAndKind(apiVersion, kind))
-	tv, err := typeConverter().ObjectToTyped(obj, typed.AllowDuplicates)
+	b, err := json.Marshal(live)
 	if err != nil {
 		return nil, err
 	}
-	m, ok := tv.ExtractItems(set.Leaves()).AsValue().Unstructured().(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("the fields of %s are not an object", FieldOwner)
+	var obj map[string]any
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return nil, err
 	}
-	// Through JSON, so that numbers and byte strings compare as applyContent's.
-	b, err := json.Marshal(m)
+	out, err := fieldsOf(obj, fields)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("managedFields of %s: %w", FieldOwner, err)
 	}
-	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, err
+	m, _ := out.(map[string]any)
+	if m == nil {
+		m = map[string]any{}
 	}
-	delete(out, "status") // the controller never applies a status
-	return dropNulls(out).(map[string]any), nil
+	delete(m, "status") // the controller never applies a status
+	return dropNulls(m).(map[string]any), nil
+}
+
+// fieldsOf returns the part of v that the FieldsV1 tree fields names: "f:NAME" a field of an
+// object, "k:{KEY}" the item of a list whose fields equal KEY, "v:VALUE" an item of a set,
+// "i:N" an item by index, "." the node itself. A node without children is a leaf: its whole
+// value.
+func fieldsOf(v any, fields map[string]any) (any, error) {
+	children := 0
+	for k := range fields {
+		if k != "." {
+			children++
+		}
+	}
+	if children == 0 {
+		return v, nil
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, sub := range fields {
+			name, ok := strings.CutPrefix(k, "f:")
+			if !ok {
+				continue // "." (a list item's node itself)
+			}
+			child, present := v[name]
+			if !present {
+				continue
+			}
+			subFields, _ := sub.(map[string]any)
+			e, err := fieldsOf(child, subFields)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = e
+		}
+		return out, nil
+	case []any:
+		// Which items are named, and by what: keep the stored order.
+		sel := make([]map[string]any, len(v))
+		for k, sub := range fields {
+			subFields, _ := sub.(map[string]any)
+			switch {
+			case strings.HasPrefix(k, "k:"):
+				var key map[string]any
+				if err := json.Unmarshal([]byte(k[2:]), &key); err != nil {
+					return nil, fmt.Errorf("list key %s: %w", k, err)
+				}
+				for i, item := range v {
+					if m, ok := item.(map[string]any); ok && hasFields(m, key) {
+						sel[i] = subFields
+						break
+					}
+				}
+			case strings.HasPrefix(k, "v:"):
+				var want any
+				if err := json.Unmarshal([]byte(k[2:]), &want); err != nil {
+					return nil, fmt.Errorf("set value %s: %w", k, err)
+				}
+				for i, item := range v {
+					if reflect.DeepEqual(item, want) {
+						sel[i] = map[string]any{}
+						break
+					}
+				}
+			case strings.HasPrefix(k, "i:"):
+				i, err := strconv.Atoi(k[2:])
+				if err != nil {
+					return nil, fmt.Errorf("list index %s: %w", k, err)
+				}
+				if i >= 0 && i < len(v) {
+					sel[i] = subFields
+				}
+			}
+		}
+		out := []any{}
+		for i, f := range sel {
+			if f == nil {
+				continue
+			}
+			e, err := fieldsOf(v[i], f)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
+		}
+		return out, nil
+	}
+	return v, nil // a scalar where the tree goes deeper: take it as it is
+}
+
+// hasFields reports whether m holds every field of key with an equal value.
+func hasFields(m, key map[string]any) bool {
+	for k, want := range key {
+		if !reflect.DeepEqual(m[k], want) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameContent compares an apply configuration with the owned fields of the stored object,
