@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
@@ -162,6 +164,36 @@ group:
 			if strings.Contains(text, s) {
 				t.Errorf("%s shows %q:\n%s", where, s, grepLines(text, s))
 			}
+		}
+	}
+}
+
+// TestPoliciesEndpoint: --policies-endpoint serves GET /policies on the
+// probe port (the default, where the operator reads it), on the webhook
+// port only (behind its TLS), or nowhere.
+func TestPoliciesEndpoint(t *testing.T) {
+	for _, tt := range []struct {
+		endpoint       string
+		probe, webhook int
+	}{
+		{"", 200, 404},
+		{config.PoliciesOnProbe, 200, 404},
+		{config.PoliciesOnWebhook, 404, 200},
+		{config.PoliciesOff, 404, 404},
+	} {
+		h := start(t, harnessOpts{policies: okPolicies, loader: acceptAll(t), options: func(o *config.Options) { o.PoliciesEndpoint = tt.endpoint }})
+		if code, _ := h.get("/policies"); code != tt.probe {
+			t.Errorf("%q: probe port: HTTP %d, want %d", tt.endpoint, code, tt.probe)
+		}
+		resp, err := h.client.Get(h.base + "/policies")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pl status.Policies
+		err = json.NewDecoder(resp.Body).Decode(&pl)
+		resp.Body.Close()
+		if resp.StatusCode != tt.webhook || tt.webhook == 200 && (err != nil || len(pl.Policies) != 1 || pl.Policies[0].ID != "ok") {
+			t.Errorf("%q: webhook port: HTTP %d %+v %v, want %d", tt.endpoint, resp.StatusCode, pl, err, tt.webhook)
 		}
 	}
 }

@@ -102,8 +102,10 @@ func TestDefaults(t *testing.T) {
 	m := byKey(t, objs)
 	const ctrl = "tollgate-controller"
 	want := []string{
-		"ClusterRole/" + ctrl, "ClusterRoleBinding/" + ctrl, "Deployment/" + ctrl, "PolicyServer/default",
-		"Role/" + ctrl, "RoleBinding/" + ctrl, "Service/" + ctrl + "-metrics", "ServiceAccount/" + ctrl,
+		"ClusterRole/tollgate-audit", "ClusterRole/" + ctrl, "ClusterRoleBinding/tollgate-audit",
+		"ClusterRoleBinding/tollgate-audit-view", "ClusterRoleBinding/" + ctrl, "CronJob/tollgate-audit", "CustomResourceDefinition/clusterreports.openreports.io",
+		"CustomResourceDefinition/reports.openreports.io", "Deployment/" + ctrl, "PolicyServer/default",
+		"Role/" + ctrl, "RoleBinding/" + ctrl, "Service/" + ctrl + "-metrics", "ServiceAccount/tollgate-audit", "ServiceAccount/" + ctrl,
 	}
 	var got []string
 	for k := range m {
@@ -166,8 +168,8 @@ func TestAllValues(t *testing.T) {
 	objs := decode(t, out)
 	m := byKey(t, objs)
 	const ctrl = "tg-controller"
-	if _, ok := m["ServiceAccount/existing-sa"]; ok || len(m) != 8 {
-		t.Errorf("serviceAccount.create=false still renders it, or not 8 objects: %d", len(m))
+	if _, ok := m["ServiceAccount/existing-sa"]; ok || len(m) != 13 {
+		t.Errorf("serviceAccount.create=false still renders it, or not 13 objects (8 + the audit's 5): %d", len(m))
 	}
 	checkNamespaces(t, objs)
 	checkRBAC(t, m, ctrl, "existing-sa", true)
@@ -294,7 +296,7 @@ func TestPolicyServerVariants(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if m := byKey(t, decode(t, out)); len(m) != 8 || m["Deployment/shop-tollgate-controller"].Kind == "" {
+				if m := byKey(t, decode(t, out)); len(m) != 15 || m["Deployment/shop-tollgate-controller"].Kind == "" || m["CronJob/shop-tollgate-audit"].Kind == "" {
 					t.Errorf("release shop: want shop-tollgate-controller, got %v", m)
 				}
 				return
@@ -528,7 +530,7 @@ func appVersion(t *testing.T) string {
 // checkNamespaces: namespaced objects are in the release namespace, cluster-scoped ones have none.
 func checkNamespaces(t *testing.T, objs []object) {
 	t.Helper()
-	cluster := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "PolicyServer": true}
+	cluster := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "PolicyServer": true, "CustomResourceDefinition": true}
 	for _, o := range objs {
 		if cluster[o.Kind] != (o.Metadata.Namespace == "") || (!cluster[o.Kind] && o.Metadata.Namespace != namespace) {
 			t.Errorf("%s has namespace %q", o.key(), o.Metadata.Namespace)
@@ -567,7 +569,8 @@ func checkRBAC(t *testing.T, m map[string]object, name, sa string, contextAware 
 		}
 	}
 	for k := range m {
-		if kind, _, _ := strings.Cut(k, "/"); (kind == "ClusterRole" || kind == "Role") && k != kind+"/"+name {
+		// the audit's own ClusterRole is checked by TestAuditCronJob
+		if kind, _, _ := strings.Cut(k, "/"); (kind == "ClusterRole" || kind == "Role") && k != kind+"/"+name && !strings.HasSuffix(k, "-audit") {
 			t.Errorf("unexpected %s", k)
 		}
 	}
