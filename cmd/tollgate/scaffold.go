@@ -19,7 +19,7 @@ func newScaffoldCmd() *cobra.Command {
 		Use:   "scaffold",
 		Short: "Generate configuration from existing policies",
 	}
-	cmd.AddCommand(newScaffoldMAPCmd(), newScaffoldGatekeeperCmd())
+	cmd.AddCommand(newScaffoldMAPCmd(), newScaffoldGatekeeperCmd(), newScaffoldVerificationConfigCmd())
 	return cmd
 }
 

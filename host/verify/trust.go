@@ -24,7 +24,7 @@ const clientTrustConfigMediaType = "application/vnd.dev.sigstore.clienttrustconf
 func LoadTrustRoot(path string) (*root.TrustedRoot, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --sigstore-trust-config: %v", ErrTrustRoot, err)
+		return nil, fmt.Errorf("%w: %v", ErrTrustRoot, err)
 	}
 	return ParseTrustRoot(path, b)
 }
@@ -67,7 +67,7 @@ func FetchPublicGood(cacheDir string) (*root.TrustedRoot, error) {
 	}
 	tr, err := root.FetchTrustedRootWithOptions(opts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the public-good root from Sigstore's TUF repository %s: %v (offline? give a trusted root with --sigstore-trust-config)",
+		return nil, fmt.Errorf("%w: the public-good root from Sigstore's TUF repository %s: %v (offline? give a trusted root or ClientTrustConfig file instead)",
 			ErrTrustRoot, opts.RepositoryBaseURL, err)
 	}
 	return tr, nil

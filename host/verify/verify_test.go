@@ -55,7 +55,12 @@ func (e *env) verifier(t *testing.T, cfg string) *verify.Verifier {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := verify.New(c, verify.Options{Registry: e.client, TrustRoot: e.ss.TrustedRoot()})
+	// The trust root as users give it: the trusted_root.json file.
+	tr, err := verify.LoadTrustRoot(e.ss.TrustRootPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := verify.New(c, verify.Options{Registry: e.client, TrustRoot: tr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func NewSigstore(t testing.TB) *Sigstore {
 		ValidityPeriodStart: time.Now().Add(-time.Hour), ValidityPeriodEnd: time.Now().Add(time.Hour),
 	}
 	cas := append([]root.CertificateAuthority{fulcio}, vs.FulcioCertificateAuthorities()...)
-	s.trusted, err = root.NewTrustedRoot(root.TrustedRootMediaType01, cas, vs.CTLogs(), nil, vs.RekorLogs())
+	s.trusted, err = root.NewTrustedRoot(root.TrustedRootMediaType01, cas, rawIDs(t, vs.CTLogs()), nil, rawIDs(t, vs.RekorLogs()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +127,23 @@ func NewSigstore(t testing.TB) *Sigstore {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// rawIDs gives the virtual Sigstore's logs their log IDs as bytes (it keeps
+// them as hex text, which would not survive trusted_root.json).
+func rawIDs(t testing.TB, logs map[string]*root.TransparencyLog) map[string]*root.TransparencyLog {
+	t.Helper()
+	out := map[string]*root.TransparencyLog{}
+	for id, l := range logs {
+		raw, err := hex.DecodeString(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := *l
+		c.ID = raw
+		out[id] = &c
+	}
+	return out
 }
 
 // TrustedRoot is the trusted root as sigstore-go reads it.
