@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 // benchReport is what bench prints.
@@ -70,7 +72,7 @@ spec.contextAwareResources are used).`,
 				return err
 			}
 			defer p.close(ctx)
-			rep := benchReport{Module: args[0], Warmup: warmup, LoadTime: time.Since(loadStart), Mode: p.policy.Mode()}
+			rep := benchReport{Module: redact.URI(args[0]), Warmup: warmup, LoadTime: time.Since(loadStart), Mode: p.policy.Mode()}
 			for i := 0; i < warmup; i++ {
 				if _, err := p.evaluate(ctx); err != nil {
 					return fmt.Errorf("warm-up evaluation %d: %w", i+1, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
+	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 func newInspectCmd() *cobra.Command {
@@ -51,7 +52,7 @@ With -o json or -o yaml, print the metadata document itself (as kwctl does).`,
 
 func printMetadata(out io.Writer, uri, digest string, size int, md *metadata.Metadata) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "Module:\t%s\n", uri)
+	fmt.Fprintf(w, "Module:\t%s\n", redact.URI(uri))
 	fmt.Fprintf(w, "Digest:\t%s\n", digest)
 	fmt.Fprintf(w, "Size:\t%d bytes\n", size)
 	if md == nil {
