@@ -65,6 +65,7 @@ requests and exits.`,
 	cmd.Flags().BoolVar(&demoExit, "demo-exit", false, "with --demo: shut down (draining) after printing the answers")
 	addCapabilityFlags(cmd)
 	addConfigMapFlags(cmd)
+	addVerificationFlags(cmd)
 	return cmd
 }
 
@@ -118,7 +119,11 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if resolver.Registry, err = serveRegistry(o, cfg.Sources, logger); err != nil {
 		return err
 	}
-	loader := &server.HostLoader{Host: host, Resolver: resolveWith(resolver, cfg.Sources), ShareInstances: shareInstances}
+	verifying := false
+	if resolver.Registry, verifying, err = withVerification(cmd, resolver.Registry, logger); err != nil {
+		return err
+	}
+	loader := &server.HostLoader{Host: host, Resolver: withVerifiedModules(resolveWith(resolver, cfg.Sources), verifying), ShareInstances: shareInstances}
 
 	var tlsCfg *tls.Config
 	var certs *server.CertReloader
