@@ -42,10 +42,18 @@ type Options struct {
 	PolicyTimeout    time.Duration
 	MemoryLimitBytes int64
 	MaxRequestBytes  int64
-	ReadTimeout      time.Duration
-	WriteTimeout     time.Duration
-	ShutdownTimeout  time.Duration
-	ShutdownDelay    time.Duration
+	// PolicyWorkers and PolicyQueueSize: one policy's share of the workers
+	// and of the queue (0: the server's defaults); MaxRequestBytesInFlight:
+	// request body bytes read or evaluated at once (0: 4 x MaxRequestBytes);
+	// MaxConnections: webhook connections open at once.
+	PolicyWorkers           int
+	PolicyQueueSize         int
+	MaxRequestBytesInFlight int64
+	MaxConnections          int
+	ReadTimeout             time.Duration
+	WriteTimeout            time.Duration
+	ShutdownTimeout         time.Duration
+	ShutdownDelay           time.Duration
 
 	AlwaysAcceptNamespace string
 	Strict                bool
@@ -74,6 +82,7 @@ func Defaults() Options {
 		PolicyTimeout:      2 * time.Second,
 		MemoryLimitBytes:   256 << 20,
 		MaxRequestBytes:    3 << 20, // the Kubernetes API server's own request limit is 3 MiB
+		MaxConnections:     256,
 		ReadTimeout:        10 * time.Second,
 		WriteTimeout:       30 * time.Second,
 		ShutdownTimeout:    30 * time.Second,
@@ -119,6 +128,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "evaluation deadline per request, host calls included (a policy's timeoutEvalSeconds overrides it)")
 	fs.Int64Var(&o.MemoryLimitBytes, "policy-memory-limit", o.MemoryLimitBytes, "linear memory limit per policy instance, in bytes")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted; larger ones get 413")
+	fs.IntVar(&o.PolicyWorkers, "policy-workers", o.PolicyWorkers, "evaluations of one policy (or group) running at once, so that the others keep workers (0: all workers but a quarter, at least 1)")
+	fs.IntVar(&o.PolicyQueueSize, "policy-queue-size", o.PolicyQueueSize, "requests to one policy (or group) that may wait for a worker; beyond, 503 (0: half of --queue-size)")
+	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "request body bytes being read or evaluated at once; more wait, then get 503 (0: 4 x --max-request-bytes)")
+	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "webhook connections open at once; more wait to be accepted")
 	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "time to read a whole request")
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", o.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "time to drain in-flight requests on SIGTERM")
@@ -238,6 +251,18 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxRequestBytes < 1024 {
 		bad("max-request-bytes", o.MaxRequestBytes, "must be at least 1024")
+	}
+	if o.PolicyWorkers < 0 || o.PolicyWorkers > o.Workers {
+		bad("policy-workers", o.PolicyWorkers, fmt.Sprintf("must be 0 (the default) to --workers (%d)", o.Workers))
+	}
+	if o.PolicyQueueSize < 0 {
+		bad("policy-queue-size", o.PolicyQueueSize, "must be >= 0")
+	}
+	if o.MaxRequestBytesInFlight != 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes {
+		bad("max-request-bytes-in-flight", o.MaxRequestBytesInFlight, fmt.Sprintf("must be 0 (the default) or at least --max-request-bytes (%d)", o.MaxRequestBytes))
+	}
+	if o.MaxConnections < 1 {
+		bad("max-connections", o.MaxConnections, "must be at least 1")
 	}
 	for _, d := range []struct {
 		name string

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
@@ -34,9 +33,6 @@ func (k endpointKind) String() string {
 	return [...]string{"validate", "audit", "validate_raw"}[k]
 }
 
-// errOverloaded: no worker became free in time, or the queue is full.
-var errOverloaded = errors.New("server overloaded")
-
 // errThrottled: the policy recently exceeded its deadline or memory limit and
 // already has its one evaluation running.
 var errThrottled = errors.New("throttled: the policy exceeded its time or memory limit recently, so it runs one evaluation at a time")
@@ -44,44 +40,6 @@ var errThrottled = errors.New("throttled: the policy exceeded its time or memory
 // throttleWindow is how long a policy stays throttled after an evaluation
 // that hit its deadline or memory limit.
 const throttleWindow = 30 * time.Second
-
-// limiter bounds concurrent evaluations (workers) and the requests waiting
-// for one (queue). A full queue is answered at once instead of growing.
-type limiter struct {
-	slots   chan struct{}
-	waiting atomic.Int64
-	maxWait int64
-}
-
-func newLimiter(workers, queue int) *limiter {
-	return &limiter{slots: make(chan struct{}, workers), maxWait: int64(queue)}
-}
-
-func (l *limiter) acquire(ctx context.Context, wait time.Duration, queued func(delta float64)) error {
-	select {
-	case l.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	if l.waiting.Add(1) > l.maxWait {
-		l.waiting.Add(-1)
-		return errOverloaded
-	}
-	queued(1)
-	defer func() { l.waiting.Add(-1); queued(-1) }()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case l.slots <- struct{}{}:
-		return nil
-	case <-t.C:
-		return errOverloaded
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (l *limiter) release() { <-l.slots }
 
 // input is a decoded request.
 type input struct {
@@ -112,6 +70,13 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) int 
 
 func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) int {
 	id := r.PathValue("id")
+	done, err := s.bodies.acquire(r.Context(), r.ContentLength, s.opts.PolicyTimeout)
+	if err != nil {
+		s.m.overloaded.Inc()
+		w.Header().Set("Retry-After", "1")
+		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)
+	}
+	defer done() // the body and its decoded form live until the answer
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -153,16 +118,16 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	}
 
 	waitCtx := r.Context()
-	if err := s.lim.acquire(waitCtx, s.opts.PolicyTimeout, s.m.queued.Add); err != nil {
+	if err := s.lim.acquire(waitCtx, id, s.opts.PolicyTimeout); err != nil {
 		s.m.overloaded.Inc()
 		w.Header().Set("Retry-After", "1")
-		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded (%d workers busy, queue full or wait expired): %v", s.opts.Workers, err)
+		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)
 	}
 	start := time.Now()
 	d := func() decision {
 		s.m.inFlight.Inc()
 		defer s.m.inFlight.Dec()
-		defer s.lim.release() // also if an evaluation panics
+		defer s.lim.release(id) // also if an evaluation panics
 		if e.cfg.IsGroup() {
 			return s.evalGroup(r.Context(), log, e, kind, in)
 		}

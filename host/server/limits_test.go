@@ -54,7 +54,7 @@ func TestOverloadIsAnswered(t *testing.T) {
 	wg.Add(1)
 	go send("queued")
 	deadline := time.Now().Add(5 * time.Second)
-	for h.srv.lim.waiting.Load() != 1 {
+	for h.srv.lim.queued() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("second request never queued")
 		}

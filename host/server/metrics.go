@@ -28,6 +28,11 @@ type metrics struct {
 	certNotAfter    prometheus.Gauge
 	unitsLoaded     *prometheus.CounterVec
 	acceptedByNsTot prometheus.Counter
+	policyQueued    *prometheus.GaugeVec
+	policyRunning   *prometheus.GaugeVec
+	policyRejected  *prometheus.CounterVec
+	limits          *prometheus.GaugeVec
+	bodyBytes       prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -127,6 +132,31 @@ func newMetrics() *metrics {
 		Help: "Requests accepted without evaluation because of --always-accept-admission-reviews-on-namespace.",
 	})
 	f(m.acceptedByNsTot)
+	m.policyQueued = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_policy_requests_queued",
+		Help: "Requests to the policy (or group) waiting for a worker; at most tollgate_server_limit{limit=\"policy_queue\"}.",
+	}, []string{"policy"})
+	f(m.policyQueued)
+	m.policyRunning = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_policy_evaluations_running",
+		Help: "Evaluations of the policy (or group) running now; at most tollgate_server_limit{limit=\"policy_workers\"}.",
+	}, []string{"policy"})
+	f(m.policyRunning)
+	m.policyRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_overload_rejections_total",
+		Help: "Requests to the policy (or group) answered 503 without a worker: queue_full (the server's queue), policy_queue_full (the policy's share of it), wait_expired (no worker within the policy timeout).",
+	}, []string{"policy", "reason"})
+	f(m.policyRejected)
+	m.limits = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_server_limit",
+		Help: "The server's admission limits: workers, policy_workers (one policy's share), queue, policy_queue (one policy's share), request_bytes_in_flight, connections.",
+	}, []string{"limit"})
+	f(m.limits)
+	m.bodyBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_server_request_bytes_in_flight",
+		Help: "Request body bytes taken from the budget tollgate_server_limit{limit=\"request_bytes_in_flight\"}: bodies being read, or whose requests are waiting or being evaluated.",
+	})
+	f(m.bodyBytes)
 	return m
 }
 

@@ -86,6 +86,7 @@ type Server struct {
 	cur     atomic.Pointer[policySet]
 	gen     atomic.Uint64
 	lim     *limiter
+	bodies  *bodyBudget
 	ready   atomic.Bool
 	closing atomic.Bool
 	// loading is the start-up load's progress, shown until the first set serves.
@@ -144,7 +145,7 @@ func Open(o Options) (*Server, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{o: o, opts: o.Config.Options, log: o.Logger, m: newMetrics(), stop: make(chan struct{})}
-	s.lim = newLimiter(s.opts.Workers, s.opts.EffectiveQueueSize())
+	s.lim = s.newLimiter()
 	for _, c := range o.Metrics {
 		s.m.reg.MustRegister(c)
 	}
@@ -456,9 +457,11 @@ func (s *Server) Start(ctx context.Context) error {
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
+		HTTP2:             h2Buffers,
 		ErrorLog:          s.errorLog(),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	s.limitConnections()
 	hookLn := s.hookLn
 	if !s.opts.InsecureHTTP {
 		hookLn = tls.NewListener(s.hookLn, s.o.TLS)

@@ -1,0 +1,88 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// bodyBudget bounds the bytes of request bodies in flight: a request takes
+// its body's size (its Content-Length; the largest accepted body when the
+// length is not announced or is larger) before the body is read, and gives it
+// back with its answer, after its evaluation, since the body and its decoded
+// form live that long. A request that cannot take its share within the wait
+// is answered 503: memory stays bounded whatever the number of clients, and
+// the excess waits or is refused instead of growing the heap.
+type bodyBudget struct {
+	sem   *semaphore.Weighted
+	total int64
+	max   int64 // the largest body accepted: what an unannounced length costs
+	used  atomic.Int64
+	peak  atomic.Int64 // the largest used seen (tests)
+	gauge func(float64)
+}
+
+// defaultBodyBudget is four of the largest bodies accepted.
+func defaultBodyBudget(maxRequestBytes int64) int64 { return 4 * maxRequestBytes }
+
+func newBodyBudget(total, maxRequestBytes int64, gauge func(float64)) *bodyBudget {
+	if total <= 0 {
+		total = defaultBodyBudget(maxRequestBytes)
+	}
+	total = max(total, maxRequestBytes) // the largest body must fit
+	return &bodyBudget{sem: semaphore.NewWeighted(total), total: total, max: maxRequestBytes, gauge: gauge}
+}
+
+var errBodyBudget = errors.New("too many request bytes in flight")
+
+// acquire takes the share of a body of contentLength bytes (-1: unknown),
+// waiting at most wait; done gives it back.
+func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time.Duration) (done func(), err error) {
+	n := contentLength
+	if n < 0 || n > b.max {
+		n = b.max
+	}
+	n = max(n, 1)
+	if !b.sem.TryAcquire(n) {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		err := b.sem.Acquire(wctx, n)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("%w (%d of %d bytes taken, waited %s for %d more)", errBodyBudget, b.used.Load(), b.total, wait, n)
+		}
+	}
+	used := b.used.Add(n)
+	for p := b.peak.Load(); used > p && !b.peak.CompareAndSwap(p, used); p = b.peak.Load() {
+	}
+	b.gauge(float64(used))
+	return func() {
+		b.gauge(float64(b.used.Add(-n)))
+		b.sem.Release(n)
+	}, nil
+}
+
+// h2Buffers: what an HTTP/2 client may send ahead of the handler reading it
+// (the flow-control windows). A request waiting for its share of the body
+// budget has not read its body, and with net/http's defaults (1 MiB per
+// stream and per connection) each such stream could park a megabyte in the
+// server's memory; worse, the data parked by waiting streams holds the
+// connection's window, so the streams that got their share and read could
+// starve behind them until the waits expire. So a stream may send 64 KiB
+// ahead, and the connection's window is that times the concurrent streams
+// (64): the waiting streams never block the reading ones, and a connection
+// parks at most 4 MiB.
+var h2Buffers = &http.HTTP2Config{
+	MaxConcurrentStreams:          h2Streams,
+	MaxReceiveBufferPerStream:     h2StreamWindow,
+	MaxReceiveBufferPerConnection: h2Streams * h2StreamWindow,
+}
+
+const (
+	h2Streams      = 64
+	h2StreamWindow = 64 << 10
+)

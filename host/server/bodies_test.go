@@ -1,0 +1,111 @@
+package server
+
+import (
+	"net/http"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/host/config"
+)
+
+// TestRequestBytesInFlightBounded: 40 concurrent requests with 3 MB bodies to
+// a policy that holds every evaluation, with workers and queue enough for
+// all of them: only as many bodies as --max-request-bytes-in-flight holds
+// (4 x 3 MiB by default: 4 of them) are read and evaluated at once, the
+// others wait without being read, and the heap grows by about those 4 bodies
+// instead of 40 bodies and their decoded forms (before, all 40 were read and
+// decoded and the heap grew by over 300 MB). Once the evaluations end, every
+// request is answered.
+func TestRequestBytesInFlightBounded(t *testing.T) {
+	l, release, started := blocking(t)
+	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
+		o.Workers, o.QueueSize, o.PolicyWorkers, o.PolicyTimeout = 64, 64, 64, 20*time.Second
+	}})
+	body := reviewFor("big", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 3_000_000)}))
+	if int64(len(body)) > h.srv.opts.MaxRequestBytes || len(body) < 3_000_000 {
+		t.Fatalf("body of %d bytes", len(body))
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	const clients = 40
+	codes := make(chan int, clients)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _ := h.post("/validate/block", body)
+			codes <- code
+		}()
+	}
+	// the first 4 start; give the others time to (wrongly) get through
+	for range 4 {
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the first requests never reached the policy")
+		}
+	}
+	time.Sleep(2 * time.Second)
+	var during runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&during)
+	inEval := 4 + len(started)
+	_, metrics := h.get("/metrics")
+	close(release)
+	wg.Wait()
+	close(codes)
+
+	budget := 4 * h.srv.opts.MaxRequestBytes
+	if inEval > 4 {
+		t.Errorf("%d requests with 3 MB bodies were evaluated at once with a budget of %d bytes, want 4", inEval, budget)
+	}
+	if grew := int64(during.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
+		t.Errorf("the heap grew by %d MB with %d requests of 3 MB held, want < 64 MB", grew>>20, clients)
+	}
+	if peak := h.srv.bodies.peak.Load(); peak > budget || peak < 4*int64(len(body)) {
+		t.Errorf("peak body bytes in flight %d, want 4 bodies (%d) <= peak <= %d", peak, 4*len(body), budget)
+	}
+	if want := "tollgate_server_request_bytes_in_flight " + strconv.FormatFloat(float64(4*len(body)), 'g', -1, 64); !strings.Contains(metrics, want) {
+		t.Errorf("metrics lack %q:\n%s", want, grepLines(metrics, "bytes_in_flight"))
+	}
+	for c := range codes {
+		if c != http.StatusOK {
+			t.Errorf("a request got HTTP %d, want every request answered once the evaluations ended", c)
+		}
+	}
+}
+
+// TestRequestBytesWaitExpires: a request that cannot get its body's share of
+// --max-request-bytes-in-flight within --policy-timeout gets 503 and
+// Retry-After, without its body being read.
+func TestRequestBytesWaitExpires(t *testing.T) {
+	l, release, started := blocking(t)
+	defer close(release)
+	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
+		o.Workers, o.PolicyTimeout = 8, 500*time.Millisecond
+		o.MaxRequestBytes, o.MaxRequestBytesInFlight = 1<<20, 1<<20
+	}})
+	body := reviewFor("big", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 600_000)}))
+	go h.post("/validate/block", body)
+	<-started
+	t0 := time.Now()
+	resp, err := h.client.Post(h.base+"/validate/block", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || time.Since(t0) > 5*time.Second {
+		t.Fatalf("HTTP %d Retry-After %q after %v, want 503 with Retry-After after ~500 ms", resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(t0))
+	}
+	_, metrics := h.get("/metrics")
+	if !strings.Contains(metrics, `tollgate_server_limit{limit="request_bytes_in_flight"} 1.048576e+06`) {
+		t.Errorf("limit metric:\n%s", grepLines(metrics, "tollgate_server_limit"))
+	}
+}
