@@ -40,6 +40,11 @@ wasi-panic:
 wasi-oom:
   module: %[2]s
   settings: {behaviour: alloc}
+grp:
+  expression: ok() && boom()
+  policies:
+    ok: {module: %[1]s}
+    boom: {module: %[1]s, settings: {behaviour: trap}}
 `, bad, wbad)
 	plog := &testfixture.SyncBuffer{}
 	l := newTestLoader(t)
@@ -59,6 +64,7 @@ wasi-oom:
 		{"oom", "policy oom: evaluation failed: policy exceeded its memory limit"},
 		{"wasi-panic", "panic: assignment to entry in nil map"},
 		{"wasi-oom", "policy wasi-oom: evaluation failed: policy exceeded its memory limit"},
+		{"grp", "policy grp: evaluation failed: member boom: policy trapped: wasm error: unreachable"},
 	} {
 		code, r := h.review("/validate/"+tt.id, reviewFor(tt.id, "CREATE", "default", pod(nil)))
 		if code != 200 || r.Allowed || r.Status == nil || r.Status.Code != 500 {
