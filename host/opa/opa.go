@@ -86,6 +86,9 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 			return nil, fmt.Errorf("%w: no %s export", ErrNotOPA, name)
 		}
 	}
+	if err := wasm.Screen(code); err != nil {
+		return nil, err
+	}
 	code, err = defineMemory(code)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotOPA, err)

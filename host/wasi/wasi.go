@@ -93,6 +93,9 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	if !wasmbin.HasFuncExport(exports, "_start") {
 		return nil, ErrNotCommand
 	}
+	if err := wasm.Screen(code); err != nil {
+		return nil, err
+	}
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = wasm.DefaultMemoryLimit
 	}

@@ -176,6 +176,9 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 	if !wasmbin.HasFuncExport(exports, "__guest_call") {
 		return nil, ErrNotWapc
 	}
+	if err := Screen(wasm); err != nil {
+		return nil, err
+	}
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = DefaultMemoryLimit
 	}

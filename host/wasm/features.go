@@ -44,6 +44,17 @@ func NewRuntimeConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
 	return rc
 }
 
+// Screen refuses, before wazero compiles it, a module that wazero would
+// compile into something other than its code: one with a `select` typed
+// with a typed reference (wasmbin.TypedRefSelect). Every execution mode calls
+// it on the module as given.
+func Screen(code []byte) error {
+	if i, _ := wasmbin.TypedRefSelect(code); i >= 0 {
+		return fmt.Errorf("%w: function body %d uses a select typed with a typed function reference (function-references), which tollgate's engine (wazero v1.12) compiles wrongly; tollgate refuses the module rather than run other code than it holds", ErrCompile, i)
+	}
+	return nil
+}
+
 // CompileError is the error for code that wazero refused to compile with
 // err: when the module uses a proposal tollgate's engine does not run, it
 // names the proposal(s) instead of wazero's decoder message; otherwise it is

@@ -355,6 +355,9 @@ type reader struct {
 	off  int
 	err  error
 	used Proposal
+	// refSelect is set by a `select` typed with a typed reference
+	// ((ref null? ht), see TypedRefSelect).
+	refSelect bool
 }
 
 func (r *reader) use(p Proposal) { r.used |= p }
@@ -611,6 +614,9 @@ func (r *reader) instruction() byte {
 	case op == 0x1c: // select t*
 		n := r.u32()
 		for i := uint32(0); i < n && r.err == nil; i++ {
+			if r.off < len(r.b) && (r.b[r.off] == ref || r.b[r.off] == refNull) {
+				r.refSelect = true
+			}
 			r.valType()
 		}
 	case op == 0x1f: // try_table

@@ -95,28 +95,7 @@ func Proposals(wasm []byte) (Proposal, error) {
 		case sectionTag:
 			r.use(ProposalExceptionHandling)
 		case sectionCode:
-			n := r.u32()
-			for i := uint32(0); i < n && r.err == nil; i++ {
-				size := r.u32()
-				start := r.off
-				r.skip(int(size))
-				if r.err != nil {
-					break
-				}
-				fr := &reader{b: r.b[start:r.off]}
-				groups := fr.u32()
-				for j := uint32(0); j < groups && fr.err == nil; j++ {
-					fr.u32()
-					fr.valType()
-				}
-				for fr.err == nil && fr.off < len(fr.b) {
-					fr.instruction()
-				}
-				r.used |= fr.used
-				if fr.err != nil {
-					r.fail(fmt.Errorf("function body %d: %w", i, fr.wrapped()))
-				}
-			}
+			r.walkCode(func(int, *reader) {})
 		}
 		used |= r.used
 		if r.err != nil {
@@ -130,6 +109,75 @@ func Proposals(wasm []byte) (Proposal, error) {
 		used |= ProposalMultiMemory
 	}
 	return used, nil
+}
+
+// walkCode reads the code section's function bodies (locals and every
+// instruction), calling visit after each with the body's reader; the
+// proposals each body uses are added to r's, and the first error ends the walk.
+func (r *reader) walkCode(visit func(i int, body *reader)) {
+	n := r.u32()
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		size := r.u32()
+		start := r.off
+		r.skip(int(size))
+		if r.err != nil {
+			break
+		}
+		fr := &reader{b: r.b[start:r.off]}
+		groups := fr.u32()
+		for j := uint32(0); j < groups && fr.err == nil; j++ {
+			fr.u32()
+			fr.valType()
+		}
+		for fr.err == nil && fr.off < len(fr.b) {
+			fr.instruction()
+		}
+		r.used |= fr.used
+		if fr.err != nil {
+			r.fail(fmt.Errorf("function body %d: %w", i, fr.wrapped()))
+			break
+		}
+		visit(int(i), fr)
+	}
+}
+
+// TypedRefSelect reports the index in the code section of the first function
+// body with a `select` typed with a typed reference ((ref null? ht), from
+// function-references), or -1. wazero v1.12's compiler skips a fixed two
+// bytes after such a select (the validator reads it right), so it would run
+// the heap type's bytes as instructions: a module that has one must not be
+// compiled by it.
+//
+// A module whose code section does not hold the bytes of such a select
+// (0x1c 0x01 0x63 or 0x64) is answered without decoding it: a few
+// milliseconds for a 65 MB module instead of half a second.
+func TypedRefSelect(wasm []byte) (int, error) {
+	secs, err := Sections(wasm)
+	if err != nil {
+		return -1, err
+	}
+	for _, s := range secs {
+		if s.ID != sectionCode {
+			continue
+		}
+		if !bytes.Contains(s.Payload, []byte{0x1c, 0x01, ref}) && !bytes.Contains(s.Payload, []byte{0x1c, 0x01, refNull}) {
+			return -1, nil
+		}
+		found := -1
+		r := &reader{b: s.Payload}
+		r.walkCode(func(i int, body *reader) {
+			if found < 0 && body.refSelect {
+				found = i
+			}
+		})
+		if found >= 0 {
+			return found, nil
+		}
+		if r.err != nil {
+			return -1, fmt.Errorf("code section at byte %d: %w", s.Start, r.wrapped())
+		}
+	}
+	return -1, nil
 }
 
 const (
