@@ -2,12 +2,11 @@ package admission
 
 import (
 	"bytes"
-	"encoding/binary"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"sync"
-	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 // This file is Diff's fast path: it walks the raw bytes of both documents
@@ -20,23 +19,26 @@ import (
 // accepts, a syntax error) it gives up and the reference runs instead, so
 // errors and odd inputs behave exactly as before.
 
-// maxDepth is encoding/json's nesting limit; deeper documents go to the reference.
-const maxDepth = 10000
-
 // maxRawBytes is the largest document the fast path indexes (its index takes
 // four bytes per byte of document); larger ones go to the reference.
 const maxRawBytes = 8 << 20
 
-// jdoc is one document and its index: for every byte offset where a value
-// starts, ends holds the offset where it ends, so that skipping a value of
-// any size is one lookup. Building it validates the document.
+// jdoc is one document and its fastjson.Index: for every byte offset where a
+// value starts, the length of the value, so that skipping a value of any
+// size is one lookup, and for strings whether they hold a backslash or a
+// non-ASCII byte (whether their decoded text may differ from their bytes).
+// Building it validates the document.
 type jdoc struct {
-	b    []byte
-	ends []int32
-	// flag marks strings holding a backslash or a non-ASCII byte (their
-	// decoded text may differ from their bytes).
-	flag []bool
+	b []byte
+	x fastjson.Index
 }
+
+// end is the offset where the value or key starting at offset i ends.
+func (d *jdoc) end(i int) int { return i + int(d.x.Len[i]) }
+
+// escaped reports whether the string starting at offset i holds a backslash
+// or a non-ASCII byte.
+func (d *jdoc) escaped(i int) bool { return d.x.Escaped[i] }
 
 // val is one value of a document: d.b[s:e].
 type val struct {
@@ -98,18 +100,11 @@ func diffRaw(original, modified []byte) (patch []byte, ok bool) {
 // data, a syntax error, too deep).
 func (d *jdoc) index(data []byte) (v val, ok bool) {
 	d.b = data
-	if cap(d.ends) < len(data) {
-		d.ends = make([]int32, len(data))
-		d.flag = make([]bool, len(data))
-	}
-	d.ends = d.ends[:len(data)]
-	d.flag = d.flag[:len(data)]
-	i := skipWS(data, 0)
-	end, ok := d.value(i, 0)
-	if !ok || skipWS(data, end) != len(data) {
+	s, e, ok := d.x.Scan(data)
+	if !ok {
 		return val{}, false
 	}
-	return val{d: d, s: i, e: end}, true
+	return val{d: d, s: s, e: e}, true
 }
 
 func (d *rawDiffer) diffValue(a, b val) bool {
@@ -244,25 +239,14 @@ func (d *rawDiffer) equal(a, b val) bool {
 		}
 		return true
 	case '"':
-		if !a.d.flag[a.s] && !b.d.flag[b.s] {
+		if !a.d.escaped(a.s) && !b.d.escaped(b.s) {
 			return false
 		}
-		return string(decodeString(a.bytes())) == string(decodeString(b.bytes()))
+		return string(fastjson.Unquote(a.bytes())) == string(fastjson.Unquote(b.bytes()))
 	}
 	// Numbers (json.Number keeps the literal) and true/false/null: equal
 	// only when their bytes are.
 	return false
-}
-
-// decodeString returns the text of the quoted string q as encoding/json
-// decodes it (escapes resolved, invalid UTF-8 replaced).
-func decodeString(q []byte) []byte {
-	if body := q[1 : len(q)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
-		return body
-	}
-	var s string
-	_ = json.Unmarshal(q, &s) // q was validated by index
-	return []byte(s)
 }
 
 // members appends the members of the object o to d.mems and returns them
@@ -271,20 +255,20 @@ func decodeString(q []byte) []byte {
 func (d *rawDiffer) members(o val) []member {
 	base := len(d.mems)
 	b := o.d.b
-	i := skipWS(b, o.s+1)
+	i := fastjson.SkipSpace(b, o.s+1)
 	for b[i] != '}' {
-		kend := int(o.d.ends[i])
+		kend := o.d.end(i)
 		key := b[i+1 : kend-1]
-		if o.d.flag[i] {
-			key = decodeString(b[i:kend])
+		if o.d.escaped(i) {
+			key = fastjson.Unquote(b[i:kend])
 		}
-		i = skipWS(b, kend)  // at ':'
-		vs := skipWS(b, i+1) // the value
-		ve := int(o.d.ends[vs])
+		i = fastjson.SkipSpace(b, kend)  // at ':'
+		vs := fastjson.SkipSpace(b, i+1) // the value
+		ve := o.d.end(vs)
 		d.mems = append(d.mems, member{key: key, v: val{d: o.d, s: vs, e: ve}})
-		i = skipWS(b, ve) // at ',' or '}'
+		i = fastjson.SkipSpace(b, ve) // at ',' or '}'
 		if b[i] == ',' {
-			i = skipWS(b, i+1)
+			i = fastjson.SkipSpace(b, i+1)
 		}
 	}
 	ms := d.mems[base:]
@@ -310,13 +294,13 @@ func compareMembers(x, y member) int { return bytes.Compare(x.key, y.key) }
 func (d *rawDiffer) elements(a val) []val {
 	base := len(d.elems)
 	b := a.d.b
-	i := skipWS(b, a.s+1)
+	i := fastjson.SkipSpace(b, a.s+1)
 	for b[i] != ']' {
-		end := int(a.d.ends[i])
+		end := a.d.end(i)
 		d.elems = append(d.elems, val{d: a.d, s: i, e: end})
-		i = skipWS(b, end)
+		i = fastjson.SkipSpace(b, end)
 		if b[i] == ',' {
-			i = skipWS(b, i+1)
+			i = fastjson.SkipSpace(b, i+1)
 		}
 	}
 	return d.elems[base:]
@@ -351,7 +335,7 @@ func (d *rawDiffer) op(name string, value val) bool {
 	d.out = append(d.out, `{"op":"`...)
 	d.out = append(d.out, name...)
 	d.out = append(d.out, `","path":`...)
-	d.out = appendJSONString(d.out, d.path)
+	d.out = fastjson.AppendQuoteBytes(d.out, d.path)
 	if name != "remove" {
 		d.out = append(d.out, `,"value":`...)
 		d.out = d.appendCanonical(d.out, value)
@@ -373,7 +357,7 @@ func (d *rawDiffer) appendCanonical(dst []byte, v val) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, m.key)
+			dst = fastjson.AppendQuoteBytes(dst, m.key)
 			dst = append(dst, ':')
 			dst = d.appendCanonical(dst, m.v)
 		}
@@ -390,277 +374,10 @@ func (d *rawDiffer) appendCanonical(dst []byte, v val) []byte {
 		}
 		return append(dst, ']')
 	case '"':
-		if !v.d.flag[v.s] {
-			return appendJSONString(dst, v.bytes()[1:v.e-v.s-1])
+		if !v.d.escaped(v.s) {
+			return fastjson.AppendQuoteBytes(dst, v.bytes()[1:v.e-v.s-1])
 		}
-		return appendJSONString(dst, decodeString(v.bytes()))
+		return fastjson.AppendQuoteBytes(dst, fastjson.Unquote(v.bytes()))
 	}
 	return append(dst, v.bytes()...)
-}
-
-// appendJSONString appends s (decoded text) quoted as json.Marshal quotes a string.
-func appendJSONString(dst, s []byte) []byte {
-	if !needsEscape(s) {
-		dst = append(dst, '"')
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	b, _ := json.Marshal(string(s)) // a string always marshals
-	return append(dst, b...)
-}
-
-// needsEscape reports whether json.Marshal would write s other than as is
-// between quotes: control characters, quote, backslash, <, >, &, non-ASCII.
-func needsEscape(s []byte) bool {
-	for _, c := range s {
-		if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return true
-		}
-	}
-	return false
-}
-
-var isWS = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
-
-// stopsString marks the bytes a string scan must look at: the closing quote,
-// a backslash, control characters (invalid) and non-ASCII bytes (flagged).
-var stopsString = func() (t [256]bool) {
-	for c := 0; c < 256; c++ {
-		t[c] = c < 0x20 || c >= 0x80 || c == '"' || c == '\\'
-	}
-	return t
-}()
-
-func skipWS(d []byte, i int) int {
-	for i < len(d) {
-		// Indentation: eight spaces at a time.
-		if i+8 <= len(d) && binary.LittleEndian.Uint64(d[i:]) == 0x2020202020202020 {
-			i += 8
-			continue
-		}
-		if !isWS[d[i]] {
-			break
-		}
-		i++
-	}
-	return i
-}
-
-// The SWAR tests below look at eight bytes at once (x is eight bytes, little endian).
-const (
-	ones  = 0x0101010101010101
-	highs = 0x8080808080808080
-)
-
-// hasByte reports whether one of the bytes of x is c.
-func hasByte(x uint64, c byte) bool {
-	v := x ^ (ones * uint64(c))
-	return (v-ones)&^v&highs != 0
-}
-
-// plainRun reports whether none of the eight bytes of x stops a string scan:
-// no quote, backslash, control character or non-ASCII byte.
-func plainRun(x uint64) bool {
-	return x&highs == 0 && (x-ones*0x20)&^x&highs == 0 && !hasByte(x, '"') && !hasByte(x, '\\')
-}
-
-// value checks the syntax of the value starting at b[i], records its end in
-// the index and returns it.
-func (d *jdoc) value(i, depth int) (int, bool) {
-	b := d.b
-	if i >= len(b) {
-		return 0, false
-	}
-	start := i
-	var end int
-	var ok bool
-	switch c := b[i]; {
-	case c == '{':
-		if depth >= maxDepth {
-			return 0, false
-		}
-		end, ok = d.object(i, depth)
-	case c == '[':
-		if depth >= maxDepth {
-			return 0, false
-		}
-		end, ok = d.array(i, depth)
-	case c == '"':
-		end, ok = d.str(i)
-	case c == 't':
-		end, ok = literalEnd(b, i, "true")
-	case c == 'f':
-		end, ok = literalEnd(b, i, "false")
-	case c == 'n':
-		end, ok = literalEnd(b, i, "null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		end, ok = numberEnd(b, i)
-	}
-	if !ok {
-		return 0, false
-	}
-	d.ends[start] = int32(end)
-	return end, true
-}
-
-func (d *jdoc) object(i, depth int) (int, bool) {
-	b := d.b
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return 0, false
-		}
-		end, ok := d.str(i)
-		if !ok {
-			return 0, false
-		}
-		d.ends[i] = int32(end)
-		i = skipWS(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return 0, false
-		}
-		if i, ok = d.value(skipWS(b, i+1), depth+1); !ok {
-			return 0, false
-		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return 0, false
-		}
-		if b[i] == '}' {
-			return i + 1, true
-		}
-		if b[i] != ',' {
-			return 0, false
-		}
-		i = skipWS(b, i+1)
-	}
-}
-
-func (d *jdoc) array(i, depth int) (int, bool) {
-	b := d.b
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return i + 1, true
-	}
-	for {
-		var ok bool
-		if i, ok = d.value(i, depth+1); !ok {
-			return 0, false
-		}
-		i = skipWS(b, i)
-		if i >= len(b) {
-			return 0, false
-		}
-		if b[i] == ']' {
-			return i + 1, true
-		}
-		if b[i] != ',' {
-			return 0, false
-		}
-		i = skipWS(b, i+1)
-	}
-}
-
-// str returns the index after the closing quote of the string at b[i] and
-// flags the string when it holds a backslash or a non-ASCII byte.
-func (d *jdoc) str(i int) (int, bool) {
-	b := d.b
-	start := i
-	flag := false
-	for i++; ; i++ {
-		for i+8 <= len(b) && plainRun(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
-		for i < len(b) && !stopsString[b[i]] {
-			i++
-		}
-		if i >= len(b) {
-			return 0, false
-		}
-		switch c := b[i]; {
-		case c == '"':
-			d.flag[start] = flag
-			return i + 1, true
-		case c < 0x20:
-			return 0, false
-		case c >= 0x80:
-			flag = true
-		case c == '\\':
-			flag = true
-			i++
-			if i >= len(b) {
-				return 0, false
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(b)-i < 5 {
-					return 0, false
-				}
-				for _, h := range b[i+1 : i+5] {
-					if !isHex(h) {
-						return 0, false
-					}
-				}
-				i += 4
-			default:
-				return 0, false
-			}
-		}
-	}
-}
-
-func literalEnd(d []byte, i int, lit string) (int, bool) {
-	if len(d)-i < len(lit) || string(d[i:i+len(lit)]) != lit {
-		return 0, false
-	}
-	return i + len(lit), true
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-}
-
-// numberEnd returns the end of the number at d[i] (RFC 8259 grammar).
-func numberEnd(d []byte, i int) (int, bool) {
-	if d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-	default:
-		return 0, false
-	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		s := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == s {
-			return 0, false
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		s := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == s {
-			return 0, false
-		}
-	}
-	return i, true
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine"
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
 	"github.com/tollgate-dev/tollgate/sdk/capabilities"
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 // hostCall reaches the host's capabilities; native tests answer it through
@@ -21,7 +22,7 @@ var hostCall = wapc.HostCall
 // entry must declare v1 Namespace in contextAwareResources.
 func getNamespace(name string) ([]byte, bool, error) {
 	for _, disableCache := range []bool{false, true} {
-		b := append([]byte(`{"api_version":"v1","kind":"Namespace","name":`), jsonv.AppendString(nil, name)...)
+		b := append([]byte(`{"api_version":"v1","kind":"Namespace","name":`), fastjson.AppendQuoteMinimal(nil, name)...)
 		if disableCache {
 			b = append(b, `,"disable_cache":true}`...)
 		} else {
@@ -98,12 +99,12 @@ func settingsResponse(err error) []byte {
 	if err == nil {
 		return []byte(`{"valid":true}`)
 	}
-	b := append([]byte(`{"valid":false,"message":`), jsonv.AppendString(nil, err.Error())...)
+	b := append([]byte(`{"valid":false,"message":`), fastjson.AppendQuoteMinimal(nil, err.Error())...)
 	return append(b, '}')
 }
 
 func reject(msg string) []byte {
-	b := append([]byte(`{"accepted":false,"message":`), jsonv.AppendString(nil, msg)...)
+	b := append([]byte(`{"accepted":false,"message":`), fastjson.AppendQuoteMinimal(nil, msg)...)
 	return append(b, '}')
 }
 

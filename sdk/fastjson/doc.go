@@ -24,7 +24,15 @@
 // policy that may see other input calls it first. Malformed input never
 // panics: a walk over it finds missing values.
 //
+// It is also the one home of the JSON primitives that the host and the
+// built-in policies share: Index (the syntax check and index that Parse
+// makes, for code that walks the bytes itself: the host's JSON Patch diff),
+// SkipSpace, Unquote (encoding/json's string decoding), AppendQuote and
+// AppendQuoteBytes (json.Marshal's string escaping, byte for byte),
+// AppendQuoteMinimal (only the escapes JSON requires, for answers a JSON
+// decoder reads back) and AppendFloat (json.Marshal's float64 format).
+//
 // This package must not know about waPC, WASI, the host, or Kubernetes types:
-// it depends only on the standard library's strconv, unicode/utf8 and
-// unicode/utf16, and builds with TinyGo and standard Go.
+// it depends only on the standard library's encoding/binary, math, strconv,
+// unicode/utf8 and unicode/utf16, and builds with TinyGo and standard Go.
 package fastjson

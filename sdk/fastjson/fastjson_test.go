@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -93,6 +94,54 @@ func checkWalk(t testing.TB, data []byte) {
 	if got := toAny(t, rv); !reflect.DeepEqual(got, want) {
 		t.Fatalf("walk of %q with a reused Parser:\n got %#v\nwant %#v", data, got, want)
 	}
+	checkIndex(t, data, v)
+}
+
+// reusedIndex is the Index checkIndex scans every document with.
+var reusedIndex Index
+
+// checkIndex fails unless Index.Scan of data (valid, parsed to v) finds
+// v's offsets and records, at the start of every value and key of v, its
+// length and, for strings, whether they hold a backslash or a byte from 0x80
+// on.
+func checkIndex(t testing.TB, data []byte, v Value) {
+	t.Helper()
+	s, e, ok := reusedIndex.Scan(data)
+	if !ok || s != v.s || e != v.e {
+		t.Fatalf("Index.Scan(%q) = %d, %d, %v; Parse found %d, %d", data, s, e, ok, v.s, v.e)
+	}
+	var check func(v Value)
+	check = func(v Value) {
+		if got := int(reusedIndex.Len[v.s]); got != v.e-v.s {
+			t.Fatalf("Index.Len of %s at %d = %d", v.Raw(), v.s, got)
+		}
+		if v.Kind() == String {
+			want := bytes.IndexByte(v.Raw(), '\\') >= 0 || !isASCII(v.Raw())
+			if reusedIndex.Escaped[v.s] != want {
+				t.Fatalf("Index.Escaped of %s = %v", v.Raw(), !want)
+			}
+			var text string
+			if err := json.Unmarshal(v.Raw(), &text); err != nil || string(Unquote(v.Raw())) != text {
+				t.Fatalf("Unquote(%s) = %q, encoding/json decodes %q (%v)", v.Raw(), Unquote(v.Raw()), text, err)
+			}
+		}
+		for it := v.Iter(); it.Next(); {
+			if it.Key().Exists() {
+				check(it.Key())
+			}
+			check(it.Value())
+		}
+	}
+	check(v)
+}
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // iterAny is toAny with Iter in place of ForEach and ForEachMember.
@@ -213,10 +262,52 @@ func FuzzQuote(f *testing.F) {
 		if got := Quote(s); !bytes.Equal(got, want) {
 			t.Fatalf("Quote(%q) = %s, json.Marshal gives %s", s, got, want)
 		}
+		if got := AppendQuoteBytes([]byte("x"), []byte(s)); !bytes.Equal(got[1:], want) || got[0] != 'x' {
+			t.Fatalf("AppendQuoteBytes(x, %q) = %s, json.Marshal gives %s", s, got, want)
+		}
 		if got, _ := mustParse(t, Quote(s)).Str(); utf8.ValidString(s) && got != s {
 			t.Fatalf("Str(Quote(%q)) = %q", s, got)
 		}
+		// The minimal form: the bytes its rule says, and the value
+		// json.Marshal's form decodes to.
+		min := AppendQuoteMinimal(nil, s)
+		if w := minimalQuote(s); string(min) != w {
+			t.Fatalf("AppendQuoteMinimal(%q) = %s, want %s", s, min, w)
+		}
+		var fromMin, fromMarshal string
+		if err := json.Unmarshal(min, &fromMin); err != nil {
+			t.Fatalf("AppendQuoteMinimal(%q) = %s: %v", s, min, err)
+		}
+		if err := json.Unmarshal(want, &fromMarshal); err != nil || fromMin != fromMarshal {
+			t.Fatalf("AppendQuoteMinimal(%q) = %s decodes to %q, json.Marshal's %s to %q", s, min, fromMin, want, fromMarshal)
+		}
 	})
+}
+
+// minimalQuote is AppendQuoteMinimal's rule byte by byte: the quote and the
+// backslash escaped, \n \r \t short, other control characters as \u00xx,
+// every other byte as it is.
+func minimalQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteString(`\` + string(c))
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\r':
+			b.WriteString(`\r`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case c < 0x20:
+			fmt.Fprintf(&b, `\u%04x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // fixtures returns the repository's JSON fixtures: the realistic reviews and
@@ -389,4 +480,17 @@ func BenchmarkEditPod(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func FuzzAppendFloat(f *testing.F) {
+	for _, x := range []float64{0, -0.0, 1, -1.5, 1e-6, 9.99e-7, 1e-7, 1e20, 1e21, 123456789e30, 5e-324, math.MaxFloat64, math.Inf(-1), math.NaN()} {
+		f.Add(x)
+	}
+	f.Fuzz(func(t *testing.T, x float64) {
+		got, ok := AppendFloat([]byte("x"), x)
+		want, err := json.Marshal(x)
+		if ok != (err == nil) || (ok && string(got[1:]) != string(want)) || string(got[:1]) != "x" {
+			t.Fatalf("AppendFloat(%v) = %s, %v; json.Marshal gives %s, %v", x, got, ok, want, err)
+		}
+	})
 }

@@ -62,6 +62,20 @@ func unquote(body []byte) []byte {
 	return out
 }
 
+// Unquote is the text of the JSON string q (quotes included, its syntax
+// checked, by Scan or Parse), decoded as encoding/json decodes it: q's own
+// bytes between the quotes when it has no escapes and is valid UTF-8.
+func Unquote(q []byte) []byte {
+	if len(q) < 2 {
+		return nil
+	}
+	body := q[1 : len(q)-1]
+	if plain(body) {
+		return body
+	}
+	return unquote(body)
+}
+
 // getu4 decodes \uXXXX at the start of b, or returns -1.
 func getu4(b []byte) rune {
 	if len(b) < 6 || b[0] != '\\' || b[1] != 'u' {
@@ -86,59 +100,115 @@ func getu4(b []byte) rune {
 
 const hex = "0123456789abcdef"
 
+// marshalPlain marks the bytes json.Marshal copies into a string as they
+// are: printable ASCII but the quote, the backslash, <, > and & (escaped as
+// \u003c, \u003e, \u0026 to be HTML-safe). The bytes from 0x80 on are
+// decoded: invalid UTF-8 becomes \ufffd, U+2028 and U+2029 are escaped
+// (JSONP-safe), the rest is copied.
+var marshalPlain = plainBytes(`"\<>&`, false)
+
+// minimalPlain marks the bytes AppendQuoteMinimal copies as they are: all
+// but the quote, the backslash and the control characters.
+var minimalPlain = plainBytes(`"\`, true)
+
+// plainBytes marks the printable ASCII bytes but those of special, and the
+// bytes from 0x80 on when high.
+func plainBytes(special string, high bool) (t [256]bool) {
+	for c := 0x20; c < 0x100; c++ {
+		t[c] = c < utf8.RuneSelf || high
+	}
+	for i := 0; i < len(special); i++ {
+		t[special[i]] = false
+	}
+	return t
+}
+
 // AppendQuote appends s as a JSON string, escaped exactly as json.Marshal
-// escapes it (<, > and & as \u003c, \u003e, \u0026; U+2028 and U+2029
-// escaped; invalid UTF-8 as \ufffd).
-func AppendQuote(dst []byte, s string) []byte {
+// escapes it (<, > and & as \u003c, \u003e, \u0026; \b and \f short;
+// U+2028 and U+2029 escaped; invalid UTF-8 as \ufffd). Output that must be
+// byte-identical to encoding/json's (a JSON Patch, an object Kubernetes'
+// own code encodes) uses it.
+func AppendQuote(dst []byte, s string) []byte { return appendQuote(dst, s) }
+
+// AppendQuoteBytes is AppendQuote of the text held in s.
+func AppendQuoteBytes(dst []byte, s []byte) []byte { return appendQuote(dst, s) }
+
+// Quote is AppendQuote(nil, s).
+func Quote(s string) []byte { return AppendQuote(nil, s) }
+
+func appendQuote[S string | []byte](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	for i := 0; ; {
+		for i < len(s) && marshalPlain[s[i]] {
+			i++
+		}
+		if i >= len(s) {
+			break
+		}
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
+			dst = appendEscape(append(dst, s[start:i]...), b, true)
 			i++
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
+		// Decode the rune (at most four bytes converted, which does not
+		// allocate).
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
+		switch {
+		case r == utf8.RuneError && size == 1:
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
+		case r == '\u2028' || r == '\u2029':
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xF])
+		default:
 			i += size
-			start = i
 			continue
 		}
 		i += size
+		start = i
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
 
-// Quote is AppendQuote(nil, s).
-func Quote(s string) []byte { return AppendQuote(nil, s) }
+// AppendQuoteMinimal appends s as a JSON string escaping only what RFC 8259
+// requires: the quote and the backslash as \" and \\, \n, \r and \t
+// short, the other control characters as \u00xx (\b as \u0008); every
+// other byte, invalid UTF-8 included, is copied as it is. It is for text
+// that a JSON decoder reads back (a guest's answer, which the host
+// decodes): the same value as AppendQuote's once decoded, for less work per
+// byte (no UTF-8 decoding), which counts under TinyGo.
+func AppendQuoteMinimal(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; !minimalPlain[b] {
+			dst = appendEscape(append(dst, s[start:i]...), b, false)
+			start = i + 1
+		}
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// appendEscape appends the escape of the ASCII byte b: \" \\ \n \r \t,
+// \b and \f when shortBF (json.Marshal since Go 1.22), else \u00xx.
+func appendEscape(dst []byte, b byte, shortBF bool) []byte {
+	switch {
+	case b == '\\' || b == '"':
+		return append(dst, '\\', b)
+	case b == '\n':
+		return append(dst, '\\', 'n')
+	case b == '\r':
+		return append(dst, '\\', 'r')
+	case b == '\t':
+		return append(dst, '\\', 't')
+	case b == '\b' && shortBF:
+		return append(dst, '\\', 'b')
+	case b == '\f' && shortBF:
+		return append(dst, '\\', 'f')
+	}
+	return append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
+}

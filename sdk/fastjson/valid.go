@@ -1,5 +1,10 @@
 package fastjson
 
+import (
+	"encoding/binary"
+	"math"
+)
+
 // maxDepth is encoding/json's nesting limit.
 const maxDepth = 10000
 
@@ -7,118 +12,181 @@ const maxDepth = 10000
 // allowed), with json.Valid's rules: RFC 8259 syntax, strings may hold
 // invalid UTF-8, at most 10000 levels of nesting.
 func Valid(data []byte) bool {
-	i := skipWS(data, 0)
-	end, ok := validValue(data, nil, i, 0)
-	return ok && skipWS(data, end) == len(data)
+	s := scanner{b: data}
+	_, _, ok := s.document()
+	return ok
 }
 
-// validValue checks the value at b[i] and returns its end; when ends is not
-// nil it records there the end of every value and key it checks.
-func validValue(b []byte, ends []int32, i, depth int) (int, bool) {
-	end, ok := validValue1(b, ends, i, depth)
-	if ok && ends != nil {
-		ends[i] = int32(end - i)
+// Index is what Parse records of a document, for code that walks the
+// document's bytes itself (the host's JSON Patch diff): Len[i] is the length
+// of the value or object key that starts at offset i, so that skipping a
+// value of any size is one lookup, and Escaped[i] tells whether the string
+// that starts there holds a backslash or a byte from 0x80 on (whether its
+// text may differ from its bytes). The entries at other offsets are stale.
+// An Index is reused from one Scan to the next; it must not be used by two
+// goroutines at once.
+type Index struct {
+	Len     []int32
+	Escaped []bool
+}
+
+// Scan checks that data is one JSON value (surrounding whitespace allowed)
+// with Valid's rules and indexes it, in one pass; start and end are the
+// value's offsets. ok is false for anything else (empty, trailing data, a
+// syntax error, nesting deeper than 10000, more than math.MaxInt32 bytes).
+func (x *Index) Scan(data []byte) (start, end int, ok bool) {
+	if len(data) > math.MaxInt32 {
+		return 0, 0, false
 	}
-	return end, ok
+	if cap(x.Len) < len(data) {
+		x.Len = make([]int32, len(data))
+	}
+	if cap(x.Escaped) < len(data) {
+		x.Escaped = make([]bool, len(data))
+	}
+	x.Len, x.Escaped = x.Len[:len(data)], x.Escaped[:len(data)]
+	s := scanner{b: data, lens: x.Len, esc: x.Escaped}
+	return s.document()
 }
 
-func validValue1(b []byte, ends []int32, i, depth int) (int, bool) {
+// scanner checks the syntax of b. When lens is not nil it records there the
+// length of every value and key it checks, at the offset where it starts;
+// when esc is not nil, whether each string holds a backslash or a byte from
+// 0x80 on.
+type scanner struct {
+	b    []byte
+	lens []int32
+	esc  []bool
+}
+
+// document checks that b is one value with only whitespace around it.
+func (s *scanner) document() (start, end int, ok bool) {
+	start = SkipSpace(s.b, 0)
+	end, ok = s.value(start, 0)
+	if !ok || SkipSpace(s.b, end) != len(s.b) {
+		return 0, 0, false
+	}
+	return start, end, true
+}
+
+// value checks the value at b[i] and returns its end.
+func (s *scanner) value(i, depth int) (int, bool) {
+	b := s.b
 	if i >= len(b) {
 		return 0, false
 	}
+	var end int
+	var ok bool
 	switch c := b[i]; {
-	case c == '{':
+	case c == '{' || c == '[':
 		if depth >= maxDepth {
 			return 0, false
 		}
-		i = skipWS(b, i+1)
-		if i < len(b) && b[i] == '}' {
-			return i + 1, true
-		}
-		for {
+		end, ok = s.container(i, depth)
+	case c == '"':
+		end, ok = s.str(i)
+	case c == 't':
+		end, ok = literalEnd(b, i, "true")
+	case c == 'f':
+		end, ok = literalEnd(b, i, "false")
+	case c == 'n':
+		end, ok = literalEnd(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		end, ok = numberEnd(b, i)
+	}
+	if !ok {
+		return 0, false
+	}
+	if s.lens != nil {
+		s.lens[i] = int32(end - i)
+	}
+	return end, true
+}
+
+// container checks the object or the array whose '{' or '[' is at b[i].
+func (s *scanner) container(i, depth int) (int, bool) {
+	b := s.b
+	object, close := b[i] == '{', byte(']')
+	if object {
+		close = '}'
+	}
+	i = SkipSpace(b, i+1)
+	if i < len(b) && b[i] == close {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if object {
 			if i >= len(b) || b[i] != '"' {
 				return 0, false
 			}
-			end, ok := validString(b, i)
-			if !ok {
+			var end int
+			if end, ok = s.str(i); !ok {
 				return 0, false
 			}
-			if ends != nil {
-				ends[i] = int32(end - i)
+			if s.lens != nil {
+				s.lens[i] = int32(end - i)
 			}
-			i = skipWS(b, end)
+			i = SkipSpace(b, end)
 			if i >= len(b) || b[i] != ':' {
 				return 0, false
 			}
-			if i, ok = validValue(b, ends, skipWS(b, i+1), depth+1); !ok {
-				return 0, false
-			}
-			i = skipWS(b, i)
-			if i >= len(b) {
-				return 0, false
-			}
-			if b[i] == '}' {
-				return i + 1, true
-			}
-			if b[i] != ',' {
-				return 0, false
-			}
-			i = skipWS(b, i+1)
+			i = SkipSpace(b, i+1)
 		}
-	case c == '[':
-		if depth >= maxDepth {
+		if i, ok = s.value(i, depth+1); !ok {
 			return 0, false
 		}
-		i = skipWS(b, i+1)
-		if i < len(b) && b[i] == ']' {
+		i = SkipSpace(b, i)
+		if i >= len(b) {
+			return 0, false
+		}
+		if b[i] == close {
 			return i + 1, true
 		}
-		for {
-			var ok bool
-			if i, ok = validValue(b, ends, i, depth+1); !ok {
-				return 0, false
-			}
-			i = skipWS(b, i)
-			if i >= len(b) {
-				return 0, false
-			}
-			if b[i] == ']' {
-				return i + 1, true
-			}
-			if b[i] != ',' {
-				return 0, false
-			}
-			i = skipWS(b, i+1)
+		if b[i] != ',' {
+			return 0, false
 		}
-	case c == '"':
-		return validString(b, i)
-	case c == 't':
-		return validLiteral(b, i, "true")
-	case c == 'f':
-		return validLiteral(b, i, "false")
-	case c == 'n':
-		return validLiteral(b, i, "null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		return validNumber(b, i)
+		i = SkipSpace(b, i+1)
 	}
-	return 0, false
 }
 
-func validLiteral(b []byte, i int, lit string) (int, bool) {
-	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
-		return 0, false
+// stopsString marks the bytes a string scan must look at: the closing
+// quote, a backslash, control characters (invalid) and the bytes from 0x80
+// on (recorded in esc).
+var stopsString = func() (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		t[c] = c < 0x20 || c >= 0x80 || c == '"' || c == '\\'
 	}
-	return i + len(lit), true
-}
+	return t
+}()
 
-func validString(b []byte, i int) (int, bool) {
-	for i++; i < len(b); i++ {
+// str returns the offset after the closing quote of the string at b[i].
+func (s *scanner) str(i int) (int, bool) {
+	b := s.b
+	start := i
+	escaped := false
+	for i++; ; i++ {
+		for i+8 <= len(b) && plainRun(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		for i < len(b) && !stopsString[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			return 0, false
+		}
 		switch c := b[i]; {
 		case c == '"':
+			if s.esc != nil {
+				s.esc[start] = escaped
+			}
 			return i + 1, true
 		case c < 0x20:
 			return 0, false
+		case c >= 0x80:
+			escaped = true
 		case c == '\\':
+			escaped = true
 			i++
 			if i >= len(b) {
 				return 0, false
@@ -135,10 +203,17 @@ func validString(b []byte, i int) (int, bool) {
 			}
 		}
 	}
-	return 0, false
 }
 
-func validNumber(b []byte, i int) (int, bool) {
+func literalEnd(b []byte, i int, lit string) (int, bool) {
+	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+		return 0, false
+	}
+	return i + len(lit), true
+}
+
+// numberEnd returns the end of the number at b[i] (RFC 8259 grammar).
+func numberEnd(b []byte, i int) (int, bool) {
 	if b[i] == '-' {
 		i++
 	}
@@ -176,4 +251,42 @@ func validNumber(b []byte, i int) (int, bool) {
 		}
 	}
 	return i, true
+}
+
+var isSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
+
+// SkipSpace returns the offset of the first byte from b[i] on that is not
+// JSON whitespace (len(b) when there is none).
+func SkipSpace(b []byte, i int) int {
+	for i < len(b) {
+		// Indentation: eight spaces at a time.
+		if i+8 <= len(b) && binary.LittleEndian.Uint64(b[i:]) == 0x2020202020202020 {
+			i += 8
+			continue
+		}
+		if !isSpace[b[i]] {
+			break
+		}
+		i++
+	}
+	return i
+}
+
+// The SWAR tests below look at eight bytes at once (x is eight bytes, little
+// endian).
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// hasByte reports whether one of the bytes of x is c.
+func hasByte(x uint64, c byte) bool {
+	v := x ^ (ones * uint64(c))
+	return (v-ones)&^v&highs != 0
+}
+
+// plainRun reports whether none of the eight bytes of x stops a string scan:
+// no quote, backslash, control character or byte from 0x80 on.
+func plainRun(x uint64) bool {
+	return x&highs == 0 && (x-ones*0x20)&^x&highs == 0 && !hasByte(x, '"') && !hasByte(x, '\\')
 }

@@ -74,10 +74,12 @@ func (p *Parser) Parse(data []byte) (Value, error) {
 }
 
 func parse(d *document) (Value, error) {
-	data := d.b
-	s := skipWS(data, 0)
-	e, ok := validValue(data, d.ends, s, 0)
-	if !ok || skipWS(data, e) != len(data) || len(data) > math.MaxInt32 {
+	if len(d.b) > math.MaxInt32 {
+		return Value{}, ErrSyntax
+	}
+	sc := scanner{b: d.b, lens: d.ends}
+	s, e, ok := sc.document()
+	if !ok {
 		return Value{}, ErrSyntax
 	}
 	return Value{d: d, s: s, e: e}, nil
@@ -138,17 +140,17 @@ func (v Value) member(key string) Value {
 		return found
 	}
 	b, ends := v.d.b, v.d.ends
-	i := skipWS(b, v.s+1)
+	i := SkipSpace(b, v.s+1)
 	for b[i] == '"' {
 		kend := i + int(ends[i])
-		vs := skipWS(b, skipWS(b, kend)+1) // after the ':'
+		vs := SkipSpace(b, SkipSpace(b, kend)+1) // after the ':'
 		ve := vs + int(ends[vs])
 		if (Value{d: v.d, s: i, e: kend}).Equals(key) {
 			found = Value{d: v.d, s: vs, e: ve}
 		}
-		i = skipWS(b, ve)
+		i = SkipSpace(b, ve)
 		if b[i] == ',' {
-			i = skipWS(b, i+1)
+			i = SkipSpace(b, i+1)
 		}
 	}
 	return found
@@ -174,9 +176,9 @@ type Iter struct {
 func (v Value) Iter() Iter {
 	switch v.Kind() {
 	case Array:
-		return Iter{d: v.d, i: skipWS(v.d.b, v.s+1), close: ']'}
+		return Iter{d: v.d, i: SkipSpace(v.d.b, v.s+1), close: ']'}
 	case Object:
-		return Iter{d: v.d, i: skipWS(v.d.b, v.s+1), close: '}'}
+		return Iter{d: v.d, i: SkipSpace(v.d.b, v.s+1), close: '}'}
 	}
 	return Iter{}
 }
@@ -197,13 +199,13 @@ func (it *Iter) Next() bool {
 	if it.close == '}' {
 		kend := i + int(ends[i])
 		it.key = Value{d: it.d, s: i, e: kend}
-		i = skipWS(b, skipWS(b, kend)+1) // after the ':'
+		i = SkipSpace(b, SkipSpace(b, kend)+1) // after the ':'
 	}
 	end := i + int(ends[i])
 	it.v = Value{d: it.d, s: i, e: end}
-	i = skipWS(b, end)
+	i = SkipSpace(b, end)
 	if b[i] == ',' {
-		i = skipWS(b, i+1)
+		i = SkipSpace(b, i+1)
 	}
 	it.i = i
 	return true
@@ -246,15 +248,15 @@ func (v Value) ForEach(fn func(i int, elem Value) bool) {
 		return
 	}
 	b, ends := v.d.b, v.d.ends
-	i := skipWS(b, v.s+1)
+	i := SkipSpace(b, v.s+1)
 	for n := 0; b[i] != ']'; n++ {
 		end := i + int(ends[i])
 		if !fn(n, Value{d: v.d, s: i, e: end}) {
 			return
 		}
-		i = skipWS(b, end)
+		i = SkipSpace(b, end)
 		if b[i] == ',' {
-			i = skipWS(b, i+1)
+			i = SkipSpace(b, i+1)
 		}
 	}
 }
@@ -267,17 +269,17 @@ func (v Value) ForEachMember(fn func(key, val Value) bool) {
 		return
 	}
 	b, ends := v.d.b, v.d.ends
-	i := skipWS(b, v.s+1)
+	i := SkipSpace(b, v.s+1)
 	for b[i] == '"' {
 		kend := i + int(ends[i])
-		vs := skipWS(b, skipWS(b, kend)+1) // after the ':'
+		vs := SkipSpace(b, SkipSpace(b, kend)+1) // after the ':'
 		ve := vs + int(ends[vs])
 		if !fn(Value{d: v.d, s: i, e: kend}, Value{d: v.d, s: vs, e: ve}) {
 			return
 		}
-		i = skipWS(b, ve)
+		i = SkipSpace(b, ve)
 		if b[i] == ',' {
-			i = skipWS(b, i+1)
+			i = SkipSpace(b, i+1)
 		}
 	}
 }
@@ -349,11 +351,4 @@ func plain(body []byte) bool {
 		}
 	}
 	return ascii || utf8.Valid(body)
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 const podApply = `"applyTo":[{"groups":[""],"versions":["v1"],"kinds":["Pod"]}]`
@@ -19,7 +20,7 @@ func assign(name, location, params string, extra ...string) string {
 		podApply + `,"location":` + q(location) + `,"parameters":` + params + ex + `}}`
 }
 
-func q(s string) string { return string(jsonv.AppendString(nil, s)) }
+func q(s string) string { return string(fastjson.AppendQuoteMinimal(nil, s)) }
 
 func settings(ms ...string) []byte {
 	return []byte(`{"mutators":[` + strings.Join(ms, ",") + `]}`)

@@ -1,13 +1,14 @@
 package engine
 
 import (
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 // Reflection-free JSON for unstructured content.
@@ -458,7 +459,7 @@ func (e *uencoder) value(v any, depth int) bool {
 	case nil:
 		e.b = append(e.b, "null"...)
 	case string:
-		e.b = appendJSONString(e.b, x)
+		e.b = fastjson.AppendQuote(e.b, x)
 	case bool:
 		if x {
 			e.b = append(e.b, "true"...)
@@ -498,7 +499,7 @@ func (e *uencoder) object(m map[string]any, depth int) bool {
 		if i > base {
 			e.b = append(e.b, ',')
 		}
-		e.b = appendJSONString(e.b, e.members[i].k)
+		e.b = fastjson.AppendQuote(e.b, e.members[i].k)
 		e.b = append(e.b, ':')
 		if !e.value(e.members[i].v, depth+1) {
 			return false
@@ -545,84 +546,7 @@ func (e *uencoder) array(a []any, depth int) bool {
 }
 
 func (e *uencoder) float(f float64) bool {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return false
-	}
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b := strconv.AppendFloat(e.b, f, format, -1, 64)
-	if format == 'e' {
-		// e-07 -> e-7
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
+	b, ok := fastjson.AppendFloat(e.b, f)
 	e.b = b
-	return true
-}
-
-// jsonSafe[c] is true for the ASCII bytes encoding/json writes as they are
-// with HTML escaping on.
-var jsonSafe = func() (t [256]bool) {
-	for c := ' '; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
-	}
-	return t
-}()
-
-const lowerHex = "0123456789abcdef"
-
-// appendJSONString appends s quoted as encoding/json does (HTML-safe).
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if jsonSafe[c] {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', lowerHex[c>>4], lowerHex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', lowerHex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return ok
 }

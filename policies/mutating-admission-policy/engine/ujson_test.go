@@ -471,7 +471,7 @@ func (f *ujsonFuzzValue) strText(b []byte) []byte {
 			b = append(b, ujsonFuzzEscapes[int(f.byte())%len(ujsonFuzzEscapes)]...)
 		case 1:
 			b = append(b, `\u`...)
-			b = append(b, lowerHex[f.byte()%16], "dD0Aa"[f.byte()%5], lowerHex[f.byte()%16], "0fF9c"[f.byte()%5])
+			b = append(b, "0123456789abcdef"[f.byte()%16], "dD0Aa"[f.byte()%5], "0123456789abcdef"[f.byte()%16], "0fF9c"[f.byte()%5])
 		case 2:
 			b = append(b, f.byte()) // raw, maybe invalid UTF-8 or a control
 		case 3:

@@ -1,6 +1,10 @@
 package jsonv
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
+)
 
 // AppendTyped appends an encoding of v that is equal for two values exactly
 // when Equal holds: object keys sorted, Int and Float apart (i / f
@@ -32,7 +36,7 @@ func appendCanonical(b []byte, v *Value, typed bool) []byte {
 	case Float:
 		return appendFloatCanon(append(b, 'f'), v.F)
 	case String:
-		return AppendString(b, v.S)
+		return fastjson.AppendQuoteMinimal(b, v.S)
 	case Array:
 		if v.NilArray && v.A == nil {
 			if typed {
@@ -61,7 +65,7 @@ func appendCanonical(b []byte, v *Value, typed bool) []byte {
 		}
 		b = append(b, '{')
 		for _, i := range order {
-			b = AppendString(b, keys[i])
+			b = fastjson.AppendQuoteMinimal(b, keys[i])
 			b = append(b, ':')
 			b = appendCanonical(b, v.O.Vals[i], typed)
 			b = append(b, ',')

@@ -16,10 +16,11 @@ package jsonv
 
 import (
 	"errors"
-	"math"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 // Kind is the JSON type of a Value (with Int and Float apart).
@@ -733,7 +734,10 @@ func Encode(b []byte, v *Value) []byte {
 	case Float:
 		return AppendFloat(b, v.F)
 	case String:
-		return AppendString(b, v.S)
+		// Only the escapes JSON requires: the engine's output is read
+		// back by a JSON decoder (the host's), so json.Marshal's
+		// HTML-safe escapes would be work for the same value.
+		return fastjson.AppendQuoteMinimal(b, v.S)
 	case Array:
 		if v.A == nil && v.NilArray {
 			return append(b, "null"...)
@@ -752,7 +756,7 @@ func Encode(b []byte, v *Value) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = AppendString(b, k)
+			b = fastjson.AppendQuoteMinimal(b, k)
 			b = append(b, ':')
 			b = Encode(b, v.O.Vals[i])
 		}
@@ -761,64 +765,13 @@ func Encode(b []byte, v *Value) []byte {
 	return append(b, "null"...)
 }
 
-// AppendFloat formats f as encoding/json does.
+// AppendFloat formats f as encoding/json does, NaN and the infinities as
+// null.
 func AppendFloat(b []byte, f float64) []byte {
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return append(b, "null"...)
+	if out, ok := fastjson.AppendFloat(b, f); ok {
+		return out
 	}
-	abs := math.Abs(f)
-	fmtc := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		fmtc = 'e'
-	}
-	b = strconv.AppendFloat(b, f, fmtc, -1, 64)
-	if fmtc == 'e' {
-		n := len(b)
-		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
-
-const hexDigits = "0123456789abcdef"
-
-// needsEscape marks the bytes AppendString escapes.
-var needsEscape = func() (t [256]bool) {
-	for c := 0; c < 0x20; c++ {
-		t[c] = true
-	}
-	t['"'], t['\\'] = true, true
-	return t
-}()
-
-// AppendString appends s as a JSON string.
-func AppendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !needsEscape[c] {
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, "null"...)
 }
 
 // TypeName names v's type as Go's %T would for the value Gatekeeper holds.
