@@ -75,7 +75,10 @@ type Policy struct {
 	ID   string `json:"id"`
 	Kind string `json:"kind"` // KindPolicy or KindGroup
 	// Module and Digest (sha256 of the module bytes) of a single policy; for
-	// a stale policy, those of the version that serves.
+	// a stale policy, those of the version that serves. The server writes
+	// Module, the members' and every Error with credentials masked
+	// ("https://user:xxxxx@host/...", "?token=xxxxx"): compare modules by
+	// Digest, not by URI.
 	Module          string `json:"module,omitempty"`
 	Digest          string `json:"digest,omitempty"`
 	Mode            string `json:"mode"`
