@@ -29,6 +29,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/server"
 	"github.com/tollgate-dev/tollgate/internal/demo"
+	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 func newServeCmd() *cobra.Command {
@@ -415,6 +416,11 @@ func (s serveModules) Resolve(ctx context.Context, uri string) ([]byte, error) {
 }
 
 func (s serveModules) ResolveDigest(ctx context.Context, uri string) ([]byte, string, error) {
+	b, d, err := s.resolveDigest(ctx, uri)
+	return b, d, redact.Error(err, uri) // module.Resolve's errors are masked already; these are not
+}
+
+func (s serveModules) resolveDigest(ctx context.Context, uri string) ([]byte, string, error) {
 	if strings.HasPrefix(uri, "http://") {
 		u, err := url.Parse(uri)
 		if err != nil {
