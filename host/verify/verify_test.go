@@ -25,7 +25,7 @@ type env struct {
 	n      int
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	reg := ocitest.Start(t, ocitest.Options{})
 	c, err := oci.NewClient(oci.Options{StorePath: t.TempDir(), SourcesPath: reg.SourcesPath, DockerConfigPath: reg.DockerConfigPath})
@@ -37,7 +37,7 @@ func newEnv(t *testing.T) *env {
 
 // push pushes a distinct module to repo:tag and returns its URI (the tag)
 // and its digest as go-containerregistry names it.
-func (e *env) push(t *testing.T, repo, tag string) (string, name.Digest) {
+func (e *env) push(t testing.TB, repo, tag string) (string, name.Digest) {
 	t.Helper()
 	uri := e.reg.URI(repo) + ":" + tag
 	e.n++
@@ -49,7 +49,7 @@ func (e *env) push(t *testing.T, repo, tag string) (string, name.Digest) {
 	return uri, verifytest.Digest(t, e.reg.Host, repo, d)
 }
 
-func (e *env) verifier(t *testing.T, cfg string) *verify.Verifier {
+func (e *env) verifier(t testing.TB, cfg string) *verify.Verifier {
 	t.Helper()
 	c, err := verify.ParseConfig("test.yml", []byte(cfg))
 	if err != nil {
@@ -86,7 +86,7 @@ func genericIssuer(subject string) string {
 	return "apiVersion: v1\nallOf:\n  - kind: genericIssuer\n    issuer: " + issuer + "\n    subject: " + subject + "\n"
 }
 
-func mustVerify(t *testing.T, v *verify.Verifier, uri string, d name.Digest) verify.Result {
+func mustVerify(t testing.TB, v *verify.Verifier, uri string, d name.Digest) verify.Result {
 	t.Helper()
 	r, err := v.Verify(context.Background(), uri)
 	if err != nil {
