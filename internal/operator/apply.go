@@ -12,6 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -44,6 +47,9 @@ func applyOwned(ctx context.Context, c client.Client, desired, live client.Objec
 	}
 	want["apiVersion"], want["kind"] = gvk.GroupVersion().String(), gvk.Kind
 	if live != nil && !reflect.ValueOf(live).IsNil() {
+		if err := upgradeLegacyFields(ctx, c, live); err != nil {
+			return false, fmt.Errorf("%s %s: taking over the fields of the %q manager: %w", gvk.Kind, desired.GetName(), LegacyFieldManager, err)
+		}
 		owned, err := ownedContent(live)
 		if err != nil {
 			return false, fmt.Errorf("%s %s: reading the fields %s owns: %w", gvk.Kind, desired.GetName(), FieldOwner, err)
@@ -60,6 +66,32 @@ func applyOwned(ctx context.Context, c client.Client, desired, live client.Objec
 		return true, fmt.Errorf("%s %s: reading the applied object: %w", gvk.Kind, desired.GetName(), err)
 	}
 	return true, nil
+}
+
+// LegacyFieldManager is the field manager of the controller's writes before it used server-side
+// apply: its Updates, named after the binary by client-go's user agent.
+const LegacyFieldManager = "tollgate"
+
+// upgradeLegacyFields moves the fields LegacyFieldManager owns in live (by Update) to
+// FieldOwner's apply entry (client-go's csaupgrade), once per object written by an older
+// controller: otherwise a field the controller stops setting (an env var removed from the
+// PolicyServer) would stay, still owned by the old manager. live is updated in place.
+func upgradeLegacyFields(ctx context.Context, c client.Client, live client.Object) error {
+	legacy := false
+	for _, e := range live.GetManagedFields() {
+		if e.Manager == LegacyFieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate && e.Subresource == "" {
+			legacy = true
+			break
+		}
+	}
+	if !legacy {
+		return nil
+	}
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(LegacyFieldManager), FieldOwner)
+	if err != nil || patch == nil {
+		return err
+	}
+	return c.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch))
 }
 
 // applyContent is desired as an apply configuration: its JSON without nulls, status or the

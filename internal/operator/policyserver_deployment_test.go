@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // TestPolicyServerProbes: the probes of the policy server container, as `tollgate serve`
@@ -113,5 +114,41 @@ func TestDeploymentDriftRepaired(t *testing.T) {
 	}
 	if _, err, writes := e.reconcile("p"); err != nil || len(writes) != 0 {
 		t.Fatalf("repaired, then unchanged: err %v, writes %v", err, writes)
+	}
+}
+
+// TestLegacyFieldsTakenOver: a Deployment written by the controller before server-side apply
+// (an Update by the "tollgate" manager) has its fields moved to tollgate-controller's apply
+// entry, so that an env var the PolicyServer no longer sets is removed rather than left to the
+// old manager.
+func TestLegacyFieldsTakenOver(t *testing.T) {
+	ps := psObj("p")
+	e := newPSEnv(t, ps)
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: "p"}, ps); err != nil {
+		t.Fatal(err)
+	}
+	old := e.r.desiredDeployment(ps)
+	old.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "REMOVED", Value: "1"}}
+	if err := controllerutil.SetControllerReference(ps, old, e.c.Scheme()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Create(e.ctx, old, client.FieldOwner(LegacyFieldManager)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, writes := e.reconcile("p"); err != nil || !slices.Contains(writes, "patch Deployment policy-server-p") ||
+		!slices.Contains(writes, "apply Deployment policy-server-p") {
+		t.Fatalf("err %v, writes %v: want the legacy fields patched over, then the Deployment applied", err, writes)
+	}
+	dep := e.get(&appsv1.Deployment{}, "policy-server-p").(*appsv1.Deployment)
+	if env := dep.Spec.Template.Spec.Containers[0].Env; len(env) != 0 {
+		t.Errorf("env %+v: the old controller's variable was not removed", env)
+	}
+	for _, m := range dep.ManagedFields {
+		if m.Manager == LegacyFieldManager {
+			t.Errorf("managedFields still hold %s %s", m.Manager, m.Operation)
+		}
+	}
+	if _, err, writes := e.reconcile("p"); err != nil || len(writes) != 0 {
+		t.Fatalf("taken over, then unchanged: err %v, writes %v", err, writes)
 	}
 }
