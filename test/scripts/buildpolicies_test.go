@@ -264,3 +264,45 @@ func inspect(t *testing.T, bin, module string) map[string]string {
 	}
 	return doc.Annotations
 }
+
+// TestWasmOptArgs: a directory with wasm-opt.args is also built the way Kubewarden's CI builds it,
+// through binaryen 116's wasm-opt (scripts/install-binaryen.sh), into policy.opt.wasm; an empty
+// wasm-opt.args fails naming the file.
+func TestWasmOptArgs(t *testing.T) {
+	install := exec.Command(testfixture.Path("scripts/install-binaryen.sh"))
+	var stderr bytes.Buffer
+	install.Stderr = &stderr
+	out, err := install.Output()
+	if err != nil {
+		t.Fatalf("scripts/install-binaryen.sh: %v\n%s", err, stderr.String())
+	}
+	env := []string{"WASM_OPT=" + strings.TrimSpace(string(out))}
+
+	tr := newTree(t)
+	tr.policy("examples/p", "go-wasi", emptyMain)
+	write(t, filepath.Join(tr.root, "examples/p/wasm-opt.args"), "--all-features -Oz\n")
+	log, err := tr.run(env)
+	if err != nil || !strings.Contains(log, "wasm-opt --all-features -Oz") {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	plain, _ := os.ReadFile(filepath.Join(tr.root, "examples/p/policy.wasm"))
+	opt, _ := os.ReadFile(filepath.Join(tr.root, "examples/p/policy.opt.wasm"))
+	isWasm(t, filepath.Join(tr.root, "examples/p/policy.opt.wasm"))
+	isWasm(t, filepath.Join(tr.root, "examples/p/policy.opt.raw.wasm"))
+	if len(opt) == 0 || len(opt) >= len(plain) {
+		t.Errorf("policy.opt.wasm is %d bytes, policy.wasm %d: not optimized", len(opt), len(plain))
+	}
+	if _, err := os.Stat(filepath.Join(tr.root, "examples/p/policy.opt.go.wasm")); !os.IsNotExist(err) {
+		t.Errorf("the intermediate policy.opt.go.wasm is left behind: %v", err)
+	}
+	if log, err := tr.run(env); err != nil || !strings.Contains(log, "all 1 policies up to date") {
+		t.Errorf("second run: %v\n%s", err, log)
+	}
+
+	write(t, filepath.Join(tr.root, "examples/p/wasm-opt.args"), "\n")
+	tr.touch("examples/p/wasm-opt.args")
+	log, err = tr.run(env)
+	if err == nil || !strings.Contains(log, "examples/p/wasm-opt.args is empty") {
+		t.Errorf("empty wasm-opt.args: %v\n%s", err, log)
+	}
+}
