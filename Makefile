@@ -145,6 +145,14 @@ bench-capabilities: policies build image
 	@set -e; $(k8s-env) \
 	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench ContextAwareList1000 -benchtime 1x .
 
+# bench-audit measures `tollgate audit` (test/e2e BenchmarkAudit10k, docs/benchmarks.md "Audit"): 10,000
+# Pods in 100 namespaces, 5 policies on a PolicyServer of 2 replicas, a full audit writing one Report
+# per Pod (target <= 60 s, RSS <= 100 MB), then a run over the unchanged cluster. About 4 minutes.
+.PHONY: bench-audit
+bench-audit: policies build image
+	@set -e; $(k8s-env) \
+	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench Audit10k -benchtime 1x .
+
 check:
 	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)
 	$(GO) vet ./...

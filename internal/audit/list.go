@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 )
@@ -65,6 +66,10 @@ func (l *lister) each(ctx context.Context, t target, namespace string, fn func(i
 		}
 		body, err := req.DoRaw(ctx)
 		if err != nil {
+			var st metav1.Status // the apiserver's reason and message, when it sent them
+			if json.Unmarshal(body, &st) == nil && st.Kind == "Status" && st.Message != "" {
+				err = &apierrors.StatusError{ErrStatus: st}
+			}
 			if (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) && cont != "" && restarts < maxListRestarts {
 				restarts++
 				l.log.Warn("list page expired (410 Gone): starting the list over", "resource", gvrString(t.gvr), "namespace", namespace, "restart", restarts)

@@ -1,0 +1,348 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+var (
+	reportGVR        = schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"}
+	clusterReportGVR = schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "clusterreports"}
+)
+
+// auditResult is one result of a report, as the test reads it.
+type auditResult struct {
+	Policy, Result, Message, Severity, Category string
+	Seconds                                     int64
+}
+
+// TestAuditOnRealNode: the chart (its CronJob, RBAC and the OpenReports CRDs) and the operator's
+// policy server on the real node; existing compliant and violating ConfigMaps in several
+// namespaces and Namespaces (cluster scope) are audited by a Job made from the chart's CronJob,
+// which writes one Report per object and a ClusterReport per Namespace with the right results;
+// a policy edit, an object deletion and a policy deletion show on the next run (tollgate audit
+// from here); a run that changes nothing writes nothing; a policy server that cannot be reached
+// gives error results and exit status 0; tollgate audit --policy runs a manifest locally.
+func TestAuditOnRealNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	cs := env.cluster.Client
+	// the Job's pod has no cluster DNS here: it dials the Services' ClusterIPs
+	op := startOperator(t, ctx, "--set-json", `audit.extraArgs=["--service-ip"]`)
+	const server = "audit"
+	module := policyRef(t, "required-labels")
+
+	// the objects exist before the policies do: the audit finds them
+	nsLabels := map[string]map[string]string{
+		"audit-a": {"e2e-audit": "yes", "owner": "me"}, // selected, compliant Namespace
+		"audit-b": {"e2e-audit": "yes"},                // selected, violating Namespace
+		"audit-c": {},                                  // not selected by the policies
+	}
+	for ns, l := range nsLabels {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: l}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for ns := range nsLabels {
+			_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		}
+	})
+	cms := map[string]map[string]string{
+		"audit-a/good": {"owner": "a"}, "audit-a/bad": nil,
+		"audit-b/bad": {"team": "x"}, "audit-b/both": {"owner": "b"},
+		"audit-c/bad": nil,
+	}
+	uid := map[string]types.UID{}
+	for key, l := range cms {
+		ns, name, _ := strings.Cut(key, "/")
+		cm, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid[key] = cm.UID
+	}
+	for ns := range nsLabels {
+		n, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid[ns] = n.UID
+	}
+
+	apply(t, ctx, policyServerYAML(server, 1, ""))
+	capYAML := func(name, resources, ops, extra string) string {
+		return fmt.Sprintf(`apiVersion: policies.tollgate.dev/v1
+kind: ClusterAdmissionPolicy
+metadata:
+  name: %s
+  annotations:
+    io.kubewarden.policy.severity: high
+    io.kubewarden.policy.category: compliance
+spec:
+  policyServer: %s
+  module: %s
+  mutating: false
+  rules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      resources: [%s]
+      operations: [%s]
+  namespaceSelector:
+    matchLabels: {e2e-audit: "yes"}
+%s`, name, server, module, resources, ops, extra)
+	}
+	apply(t, ctx, capYAML("audit-labels", "configmaps", "CREATE", "  settings: {mandatory_labels: [owner]}\n"))
+	apply(t, ctx, capYAML("audit-ns", "namespaces", "CREATE, UPDATE", "  settings: {mandatory_labels: [owner]}\n"))
+	apply(t, ctx, capYAML("audit-update-only", "configmaps", "UPDATE", "  settings: {mandatory_labels: [owner]}\n"))
+	apply(t, ctx, capYAML("audit-off", "configmaps", "CREATE", "  settings: {mandatory_labels: [nobody]}\n  backgroundAudit: false\n"))
+	apply(t, ctx, fmt.Sprintf(`apiVersion: policies.tollgate.dev/v1
+kind: AdmissionPolicy
+metadata:
+  name: audit-team
+  namespace: audit-b
+spec:
+  policyServer: %s
+  module: %s
+  mutating: false
+  settings: {mandatory_labels: [team]}
+  rules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      resources: [configmaps]
+      operations: [CREATE]
+`, server, module))
+	t.Cleanup(func() {
+		op.deleteAll(t, []string{"ClusterAdmissionPolicy/audit-labels", "ClusterAdmissionPolicy/audit-ns", "ClusterAdmissionPolicy/audit-update-only",
+			"ClusterAdmissionPolicy/audit-off", "AdmissionPolicy/audit-b/audit-team", "PolicyServer/" + server})
+	})
+	for _, p := range []string{"audit-labels", "audit-ns", "audit-update-only", "audit-off"} {
+		op.waitStatus(t, ctx, "ClusterAdmissionPolicy", "", p, "active", 3*time.Minute)
+	}
+	op.waitStatus(t, ctx, "AdmissionPolicy", "audit-b", "audit-team", "active", time.Minute)
+
+	// 1. the chart's CronJob, run now as a Job in the cluster with its ServiceAccount
+	begin := time.Now()
+	if _, _, err := env.cluster.Kubectl(ctx, "-n", controllerNS, "create", "job", "audit-now", "--from=cronjob/tollgate-audit"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := env.cluster.Kubectl(ctx, "-n", controllerNS, "wait", "--for=condition=complete", "--timeout=150s", "job/audit-now"); err != nil {
+		logs, _, _ := env.cluster.Kubectl(ctx, "-n", controllerNS, "logs", "job/audit-now", "--tail=40")
+		t.Fatalf("the audit Job did not complete: %v\n%s\n%s", err, logs, podsState(ctx, cs, controllerNS, &metav1.LabelSelector{MatchLabels: map[string]string{"job-name": "audit-now"}}))
+	}
+	logs, _, _ := env.cluster.Kubectl(ctx, "-n", controllerNS, "logs", "job/audit-now")
+	t.Logf("audit Job complete %v after its creation; its summary: %s", time.Since(begin).Round(time.Millisecond), lastLine(logs))
+
+	labels, ns := "clusterwide-audit-labels", "clusterwide-audit-ns"
+	team := "namespaced-audit-b-audit-team"
+	want := map[string]map[string]string{ // object -> policy -> result
+		"audit-a/good": {labels: "pass"},
+		"audit-a/bad":  {labels: "fail"},
+		"audit-b/bad":  {labels: "fail", team: "pass"},
+		"audit-b/both": {labels: "pass", team: "fail"},
+		"audit-a":      {ns: "pass"},
+		"audit-b":      {ns: "fail"},
+	}
+	got := readReports(t, ctx, op, uid)
+	checkResults(t, got, want)
+	if _, ok := got["audit-c/bad"]; ok {
+		t.Errorf("audit-c is not selected by the policies, yet its ConfigMap has a report: %+v", got["audit-c/bad"])
+	}
+	if _, ok := got["audit-c"]; ok {
+		t.Errorf("Namespace audit-c is not selected, yet it has a ClusterReport")
+	}
+	firstNS := got["audit-a"][ns].Seconds
+	bad := got["audit-a/bad"][labels]
+	if !strings.Contains(bad.Message, `mandatory label "owner"`) || bad.Severity != "high" || bad.Category != "compliance" || bad.Seconds == 0 {
+		t.Errorf("audit-a/bad: %+v: want the policy's message, severity high, category compliance and a timestamp", bad)
+	}
+	rep, err := op.dyn.Resource(reportGVR).Namespace("audit-a").Get(ctx, string(uid["audit-a/bad"]), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip, _, _ := unstructured.NestedInt64(rep.Object, "summary", "skip")
+	fail, _, _ := unstructured.NestedInt64(rep.Object, "summary", "fail")
+	scopeName, _, _ := unstructured.NestedString(rep.Object, "scope", "name")
+	owners := rep.GetOwnerReferences()
+	if fail != 1 || skip < 2 || scopeName != "bad" || len(owners) != 1 || owners[0].UID != uid["audit-a/bad"] || rep.GetLabels()["app.kubernetes.io/managed-by"] != "tollgate" {
+		t.Errorf("report of audit-a/bad: summary fail %d skip %d (want 1, >= 2 skipped policies), scope %q, owners %+v, labels %v", fail, skip, scopeName, owners, rep.GetLabels())
+	}
+
+	// 2. nothing changed: a second run writes nothing
+	out := runAudit(t, ctx)
+	if !strings.Contains(out, " 0 created, 0 updated, 0 deleted") {
+		t.Errorf("an unchanged cluster was written to: %s", lastLine(out))
+	}
+
+	// 3. a policy edit: audit-a/good now fails; an object and a policy deleted: their results go
+	op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "audit-labels", `{"settings": {"mandatory_labels": ["owner", "tier"]}}`)
+	if err := cs.CoreV1().ConfigMaps("audit-a").Delete(ctx, "bad", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	op.deleteAll(t, []string{"AdmissionPolicy/audit-b/audit-team"})
+	eventually(t, 2*time.Minute, func() error { // until the policy server serves the edit
+		out = runAudit(t, ctx)
+		got = readReports(t, ctx, op, uid)
+		if r := got["audit-a/good"][labels]; r.Result != "fail" || !strings.Contains(r.Message, "tier") {
+			return fmt.Errorf("audit-a/good: %+v, want a failure naming the label tier", r)
+		}
+		return nil
+	})
+	want = map[string]map[string]string{
+		"audit-a/good": {labels: "fail"},
+		"audit-b/bad":  {labels: "fail"},
+		"audit-b/both": {labels: "fail"},
+		"audit-a":      {ns: "pass"},
+		"audit-b":      {ns: "fail"},
+	}
+	checkResults(t, got, want)
+	if _, ok := got["audit-a/bad"]; ok {
+		t.Errorf("the deleted ConfigMap audit-a/bad still has a report")
+	}
+	if s := got["audit-a"][ns].Seconds; s != firstNS || s == 0 {
+		t.Errorf("the unchanged result of Namespace audit-a has the timestamp %d, want the first run's %d", s, firstNS)
+	}
+
+	// 4. a policy server that cannot be reached: error results, exit status 0
+	jsonOut, err := exec.CommandContext(ctx, env.bin, "audit", "--kubeconfig", env.cluster.Kubeconfig, "--tollgate-namespace", controllerNS,
+		"--policy-server-url", "https://127.0.0.1:1", "--disable-store", "-o", "json", "-n", "audit-a").Output()
+	if err != nil {
+		t.Fatalf("tollgate audit with a server that is down: %v (want exit status 0: not its own failure)", err)
+	}
+	var res struct {
+		Results []struct {
+			Policy, Result, Message string
+		}
+	}
+	if err := json.Unmarshal(jsonOut, &res); err != nil || len(res.Results) == 0 {
+		t.Fatalf("-o json: %v: %s", err, jsonOut)
+	}
+	for _, r := range res.Results {
+		if r.Result != "error" || !strings.Contains(r.Message, "connect") {
+			t.Errorf("server down: %+v, want an error naming the connection", r)
+		}
+	}
+
+	// 5. for authors: a manifest's module run here, results printed, no report written
+	manifest := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(manifest, []byte(fmt.Sprintf(`apiVersion: policies.kubewarden.io/v1
+kind: ClusterAdmissionPolicy
+metadata:
+  name: try-me
+spec:
+  module: %s
+  settings: {mandatory_labels: [team]}
+  mutating: false
+  rules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      resources: [configmaps]
+      operations: [CREATE]
+  namespaceSelector:
+    matchLabels: {e2e-audit: "yes"}
+`, filepath.Join(env.root, "examples", "required-labels", "policy.wasm"))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, env.bin, "audit", "--policy", manifest, "--kubeconfig", env.cluster.Kubeconfig, "--tollgate-namespace", controllerNS)
+	table, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tollgate audit --policy: %v", err)
+	}
+	for _, row := range []string{`audit-b +ConfigMap +bad +clusterwide-try-me +pass`, `audit-b +ConfigMap +both +clusterwide-try-me +fail +.*mandatory label "team"`, `audit-a +ConfigMap +good +clusterwide-try-me +fail`} {
+		if !regexp.MustCompile(row).Match(table) {
+			t.Errorf("tollgate audit --policy: no row %q in\n%s", row, table)
+		}
+	}
+	if strings.Contains(string(table), "audit-c") {
+		t.Errorf("tollgate audit --policy audited audit-c, which the namespaceSelector leaves out:\n%s", table)
+	}
+	after := readReports(t, ctx, op, uid)
+	if _, ok := after["audit-b/both"]["clusterwide-try-me"]; ok {
+		t.Errorf("tollgate audit --policy wrote a report")
+	}
+}
+
+// runAudit runs tollgate audit from the test (the node's network: the Services' ClusterIPs are
+// reachable, their DNS names are not) and returns its stderr.
+func runAudit(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, env.bin, "audit", "--kubeconfig", env.cluster.Kubeconfig, "--tollgate-namespace", controllerNS, "--service-ip")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tollgate audit: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// readReports returns the results of the reports of the objects in uid, keyed "ns/name" for
+// ConfigMaps (Reports) and "name" for Namespaces (ClusterReports), then by policy.
+func readReports(t *testing.T, ctx context.Context, op *operator, uid map[string]types.UID) map[string]map[string]auditResult {
+	t.Helper()
+	out := map[string]map[string]auditResult{}
+	for key, u := range uid {
+		ns, _, namespaced := strings.Cut(key, "/")
+		var obj *unstructured.Unstructured
+		var err error
+		if namespaced {
+			obj, err = op.dyn.Resource(reportGVR).Namespace(ns).Get(ctx, string(u), metav1.GetOptions{})
+		} else {
+			obj, err = op.dyn.Resource(clusterReportGVR).Get(ctx, string(u), metav1.GetOptions{})
+		}
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("report of %s: %v", key, err)
+		}
+		results, _, _ := unstructured.NestedSlice(obj.Object, "results")
+		m := map[string]auditResult{}
+		for _, r := range results {
+			r := r.(map[string]any)
+			s := func(k string) string { v, _ := r[k].(string); return v }
+			ts, _ := r["timestamp"].(map[string]any)
+			sec, _ := ts["seconds"].(int64)
+			m[s("policy")] = auditResult{Policy: s("policy"), Result: s("result"), Message: s("message"), Severity: s("severity"), Category: s("category"), Seconds: sec}
+		}
+		out[key] = m
+	}
+	return out
+}
+
+func checkResults(t *testing.T, got map[string]map[string]auditResult, want map[string]map[string]string) {
+	t.Helper()
+	var keys []string
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		g := map[string]string{}
+		for p, r := range got[k] {
+			g[p] = r.Result
+		}
+		if fmt.Sprint(g) != fmt.Sprint(want[k]) {
+			t.Errorf("%s: results %v, want %v", k, g, want[k])
+		}
+	}
+}
