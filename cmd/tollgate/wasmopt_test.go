@@ -137,3 +137,23 @@ func asReview(t *testing.T, b []byte) []byte {
 	}
 	return []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":` + string(b) + `}`)
 }
+
+// TestRunNamesUnsupportedProposal: a WASI command that uses the gc proposal is refused naming
+// it, not with wazero's decoder message.
+func TestRunNamesUnsupportedProposal(t *testing.T) {
+	sec := func(id byte, p ...byte) []byte { return append([]byte{id, byte(len(p))}, p...) }
+	mod := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
+	mod = append(mod, sec(1, 2, 0x60, 0, 0, 0x5f, 0)...) // () -> () and a gc struct type
+	mod = append(mod, sec(3, 1, 0)...)
+	mod = append(mod, sec(5, 1, 0, 1)...)
+	mod = append(mod, sec(7, 2, 6, '_', 's', 't', 'a', 'r', 't', 0, 0, 6, 'm', 'e', 'm', 'o', 'r', 'y', 2, 0)...)
+	mod = append(mod, sec(10, 1, 2, 0, 0x0b)...)
+	path := filepath.Join(t.TempDir(), "gc.wasm")
+	if err := os.WriteFile(path, mod, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tollgate(t, "", "run", "-e", "wasi", path, "-r", ex("wasi-required-labels/testdata/pod-labelled.json"))
+	if err == nil || !strings.Contains(err.Error(), "module uses the gc proposal, which tollgate's engine does not support") {
+		t.Fatalf("err = %v", err)
+	}
+}
