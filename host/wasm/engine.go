@@ -176,9 +176,6 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 	if !wasmbin.HasFuncExport(exports, "__guest_call") {
 		return nil, ErrNotWapc
 	}
-	if err := Screen(wasm); err != nil {
-		return nil, err
-	}
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = DefaultMemoryLimit
 	}
@@ -237,6 +234,9 @@ func (e *Engine) release(key moduleKey, ent *moduleEntry) {
 }
 
 func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, exports []wasmbin.Export) (*compiledModule, error) {
+	if err := Screen(wasm); err != nil { // once per digest, not per reference
+		return nil, err
+	}
 	logger := e.logger.With("module", key.digest[:19])
 	newModule := func(wm wapc.Module, interrupt string, cache wazero.CompilationCache) *compiledModule {
 		return &compiledModule{
