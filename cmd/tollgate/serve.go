@@ -120,11 +120,14 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if resolver.Registry, err = serveRegistry(o, cfg.Sources, logger); err != nil {
 		return err
 	}
-	verifying := false
-	if resolver.Registry, verifying, err = withVerification(cmd, resolver.Registry, logger); err != nil {
+	ver, err := withVerification(cmd, resolver.Registry, logger)
+	if err != nil {
 		return err
 	}
-	loader := &server.HostLoader{Host: host, Resolver: withVerifiedModules(resolveWith(resolver, cfg.Sources), verifying), ShareInstances: shareInstances}
+	if ver != nil {
+		resolver.Registry = ver
+	}
+	loader := &server.HostLoader{Host: host, Resolver: withVerifiedModules(resolveWith(resolver, cfg.Sources), ver != nil), ShareInstances: shareInstances}
 
 	var tlsCfg *tls.Config
 	var certs *server.CertReloader
@@ -248,6 +251,9 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		return err
 	}
 
+	if ver != nil {
+		go ver.watch(ctx, srv.Reload)
+	}
 	if sendDemo {
 		err := runDemo(cmd.OutOrStdout(), srv.Addr(), o.InsecureHTTP, serverCA, demoExit)
 		if err != nil {

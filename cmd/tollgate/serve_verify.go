@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,45 +27,126 @@ func addVerificationFlags(cmd *cobra.Command) {
 		"(default: the public-good root through Sigstore's TUF repository)")
 }
 
+// verificationPoll is how often serve looks at the verification config and
+// trust root files for changes (a Kubernetes ConfigMap volume changes them
+// in place, through a symlink swap).
+var verificationPoll = 2 * time.Second
+
+// verification is serve's registry fetcher when --verification-path is
+// set: every module is verified (cached by digest) and fetched pinned to
+// the verified digest. The config and trust root files are watched; a
+// change makes a new Verifier (an empty cache) and reloads the policies.
+type verification struct {
+	path, trustPath string
+	client          verify.Registry
+	inner           module.RegistryFetcher
+	log             *slog.Logger
+
+	v                    atomic.Pointer[verify.Verifier]
+	cfgBytes, trustBytes []byte // what v was made from (the watch's only writer)
+}
+
 // withVerification wraps serve's registry fetcher so that it fetches only
 // modules verified against --verification-path (pinned to the verified
-// digest), and reports whether verification is on. A config or trust root
-// that cannot be loaded stops serve: nothing is loaded unverified.
-func withVerification(cmd *cobra.Command, reg module.RegistryFetcher, logger *slog.Logger) (module.RegistryFetcher, bool, error) {
+// digest); nil when verification is off. A config or trust root that
+// cannot be loaded stops serve: nothing is loaded unverified.
+func withVerification(cmd *cobra.Command, reg module.RegistryFetcher, logger *slog.Logger) (*verification, error) {
 	path, _ := cmd.Flags().GetString("verification-path")
 	trust, _ := cmd.Flags().GetString("sigstore-trust-config")
 	if path == "" {
 		if trust != "" {
-			return nil, false, errors.New("--sigstore-trust-config goes with --verification-path")
+			return nil, errors.New("--sigstore-trust-config goes with --verification-path")
 		}
-		return reg, false, nil
-	}
-	cfg, err := verify.LoadConfig(path)
-	if err != nil {
-		return nil, false, fmt.Errorf("--verification-path: %w", err)
-	}
-	tr, err := trustRoot(trust, cfg)
-	if err != nil {
-		return nil, false, err
+		return nil, nil
 	}
 	lr, ok := reg.(*lazyRegistry)
 	if !ok {
-		return nil, false, fmt.Errorf("--verification-path: registry fetcher %T cannot read signatures", reg)
+		return nil, fmt.Errorf("--verification-path: registry fetcher %T cannot read signatures", reg)
 	}
 	client, err := lr.get()
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	opts := verify.Options{Registry: client}
-	if tr != nil {
+	vf := &verification{path: path, trustPath: trust, client: client, inner: reg, log: logger}
+	if _, err := vf.load(); err != nil {
+		return nil, err
+	}
+	logger.Info("signature verification on: only verified registry:// modules load", "config", path,
+		"requirements", len(vf.v.Load().Config().Entries()))
+	return vf, nil
+}
+
+// load reads the config and trust root files and, when they changed, makes
+// a new Verifier.
+func (vf *verification) load() (changed bool, err error) {
+	cb, err := os.ReadFile(vf.path)
+	if err != nil {
+		return false, fmt.Errorf("--verification-path: %w", err)
+	}
+	var tb []byte
+	if vf.trustPath != "" {
+		if tb, err = os.ReadFile(vf.trustPath); err != nil {
+			return false, fmt.Errorf("--sigstore-trust-config: %w", err)
+		}
+	}
+	if vf.v.Load() != nil && bytes.Equal(cb, vf.cfgBytes) && bytes.Equal(tb, vf.trustBytes) {
+		return false, nil
+	}
+	cfg, err := verify.ParseConfig(vf.path, cb)
+	if err != nil {
+		return false, fmt.Errorf("--verification-path: %w", err)
+	}
+	opts := verify.Options{Registry: vf.client}
+	if vf.trustPath != "" {
+		tr, err := verify.ParseTrustRoot(vf.trustPath, tb)
+		if err != nil {
+			return false, fmt.Errorf("--sigstore-trust-config: %w", err)
+		}
+		opts.TrustRoot = tr
+	} else if cfg.NeedsTrustRoot() {
+		tr, err := verify.FetchPublicGood("")
+		if err != nil {
+			return false, err
+		}
 		opts.TrustRoot = tr
 	}
 	v, err := verify.New(cfg, opts)
 	if err != nil {
-		return nil, false, fmt.Errorf("--verification-path: %w", err)
+		return false, fmt.Errorf("--verification-path: %w", err)
 	}
-	logger.Info("signature verification on: only verified registry:// modules load", "config", path, "requirements", len(cfg.Entries()))
-	return &verify.Fetcher{Verifier: v, Inner: reg}, true, nil
+	vf.v.Store(v)
+	vf.cfgBytes, vf.trustBytes = cb, tb
+	return true, nil
+}
+
+// Fetch verifies and fetches with the current Verifier.
+func (vf *verification) Fetch(ctx context.Context, uri string) ([]byte, string, error) {
+	f := verify.Fetcher{Verifier: vf.v.Load(), Inner: vf.inner}
+	return f.Fetch(ctx, uri)
+}
+
+// watch reloads the policies when the config or trust root files change,
+// until ctx ends. A change that does not load is logged, and the current
+// Verifier stays.
+func (vf *verification) watch(ctx context.Context, reload func(ctx context.Context, trigger string, force bool) error) {
+	t := time.NewTicker(verificationPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		changed, err := vf.load()
+		if err != nil {
+			vf.log.Error("verification config change rejected; the previous one stays", "error", err)
+			continue
+		}
+		if changed {
+			vf.log.Info("verification config changed: verifying every module again", "config", vf.path)
+			_ = reload(ctx, "verification config", true) // the server logs the outcome
+		}
+	}
 }
 
 // verifiedModules refuses, when verification is on, the modules that cannot
@@ -82,7 +167,7 @@ func (v verifiedModules) check(uri string) error {
 	if strings.HasPrefix(uri, "registry://") || strings.HasPrefix(uri, "builtin://") {
 		return nil
 	}
-	return fmt.Errorf("%w: %q: --verification-path is set, and only registry:// modules (signed) and builtin:// modules load", verify.ErrNotRegistry, uri)
+	return &verify.Refused{Err: fmt.Errorf("%w: %q: --verification-path is set, and only registry:// modules (signed) and builtin:// modules load", verify.ErrNotRegistry, uri)}
 }
 
 func (v verifiedModules) Resolve(ctx context.Context, uri string) ([]byte, error) {

@@ -22,7 +22,10 @@ import (
 // TestServeVerification: serve --verification-path loads the signed module
 // (TinyGo's required-labels, signed with a cosign key), and refuses the
 // unsigned one and the local file, each with its reason in /policies, while
-// the signed one serves. A reload that changes only the settings of the
+// the signed one serves. A change of the verification file verifies the
+// policies again without a restart: under a config naming another key the
+// signed module stops serving (failed, not stale), and serves again when
+// the config names its key. A reload that changes only the settings of the
 // verified (now pinned) module loads it with the registry down: its
 // verification is cached by digest and the module is in the store; a new
 // module in the same reload fails alone.
@@ -46,11 +49,20 @@ func TestServeVerification(t *testing.T) {
 	key := verifytest.NewKey(t)
 	key.SignKey(t, verifytest.Digest(t, reg.Host, "policies/signed", signedD), nil)
 
+	key2 := verifytest.NewKey(t)
+	verificationPoll = 100 * time.Millisecond
+	t.Cleanup(func() { verificationPoll = 2 * time.Second })
 	vcfg := filepath.Join(dir, "verification.yml")
-	pem := strings.ReplaceAll(strings.TrimSpace(string(key.PublicPEM)), "\n", "\n      ")
-	if err := os.WriteFile(vcfg, []byte("apiVersion: v1\nallOf:\n  - kind: pubKey\n    key: |\n      "+pem+"\n"), 0o644); err != nil {
-		t.Fatal(err)
+	writeConfig := func(k *verifytest.Key) {
+		pem := strings.ReplaceAll(strings.TrimSpace(string(k.PublicPEM)), "\n", "\n      ")
+		if err := os.WriteFile(vcfg+".tmp", []byte("apiVersion: v1\nallOf:\n  - kind: pubKey\n    key: |\n      "+pem+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(vcfg+".tmp", vcfg); err != nil {
+			t.Fatal(err)
+		}
 	}
+	writeConfig(key)
 	local := testfixture.Path("examples/capabilities-drop/policy.wasm")
 	policies := filepath.Join(dir, "policies.yml")
 	write := func(s string) {
@@ -106,11 +118,27 @@ func TestServeVerification(t *testing.T) {
 		t.Fatalf("/validate/unsigned accepted: %d %s", code, body)
 	}
 
+	// The verification config changes (as a ConfigMap volume does): the
+	// policies are verified again without a restart. A module the new config
+	// refuses stops serving: its previous version is not kept (not stale).
+	writeConfig(key2)
+	st = statusOf(2)
+	if p := st["signed"]; p.State != status.StateFailed || p.Stale || !strings.Contains(p.Error, "not signed with this key") {
+		t.Fatalf("signed under a config naming another key: %+v\n%s", p, stderr.String())
+	}
+	if code, body := postReview(t, url+"/validate/signed", review); code == http.StatusOK {
+		t.Fatalf("/validate/signed still served under the new config: %d %s", code, body)
+	}
+	writeConfig(key)
+	if p := statusOf(3)["signed"]; p.State != status.StateReady {
+		t.Fatalf("signed, config back to its key: %+v", p)
+	}
+
 	// Reload with the registry down: the verified digest (pinned now, new
 	// settings) needs neither the registry nor a new verification.
 	reg.Stop()
 	write(fmt.Sprintf("signed:\n  module: %s@%s\n  settings: {mandatory_labels: [team]}\nnew:\n  module: %s\n", signedURI, signedD, reg.URI("policies/new:v1")))
-	st = statusOf(2)
+	st = statusOf(4)
 	if p := st["signed"]; p.State != status.StateReady || p.Stale {
 		t.Fatalf("signed after reload: %+v\n%s", p, stderr.String())
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -276,7 +277,7 @@ func (s *policySet) ids(keep func(*entry) bool) []string {
 func (s *policySet) keepLoaded(prev *policySet) {
 	for id, e := range s.entries {
 		old, ok := prev.entries[id]
-		if e.err == nil || !ok || old.err != nil {
+		if e.err == nil || !ok || old.err != nil || refusesPrevious(e.err) {
 			continue
 		}
 		s.entries[id] = &entry{cfg: old.cfg, unit: old.unit, members: old.members, stale: e.err}
@@ -287,6 +288,15 @@ func (s *policySet) keepLoaded(prev *policySet) {
 			s.units[u.key] = u
 		}
 	}
+}
+
+// refusesPrevious reports whether a load error says that the previous
+// version must not serve in its place either: an error in its chain with a
+// RefusesPrevious() method that returns true (host/verify's refusals: the
+// previous module may not satisfy the current verification config).
+func refusesPrevious(err error) bool {
+	var r interface{ RefusesPrevious() bool }
+	return errors.As(err, &r) && r.RefusesPrevious()
 }
 
 // unitKey identifies a loaded unit for reuse across reloads: same id, module

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -19,10 +20,14 @@ type Fetcher struct {
 	Inner    ModuleFetcher
 }
 
-// Fetch verifies then fetches uri.
+// Fetch verifies then fetches uri. A refusal (unsigned, not satisfying the
+// config, not a registry module) is a *Refused.
 func (f *Fetcher) Fetch(ctx context.Context, uri string) ([]byte, string, error) {
 	r, err := f.Verifier.Verify(ctx, uri)
 	if err != nil {
+		if errors.Is(err, ErrUnsigned) || errors.Is(err, ErrNotSatisfied) || errors.Is(err, ErrNotRegistry) {
+			return nil, "", &Refused{Err: err}
+		}
 		return nil, "", fmt.Errorf("verification failed: %w", err)
 	}
 	wasm, d, err := f.Inner.Fetch(ctx, r.URI)
@@ -30,7 +35,21 @@ func (f *Fetcher) Fetch(ctx context.Context, uri string) ([]byte, string, error)
 		return nil, "", err
 	}
 	if d != r.Digest {
-		return nil, "", fmt.Errorf("verification failed: %s: fetched manifest %s, verified %s", uri, d, r.Digest)
+		return nil, "", &Refused{Err: fmt.Errorf("%w: %s: fetched manifest %s, verified %s", ErrNotSatisfied, uri, d, r.Digest)}
 	}
 	return wasm, d, nil
 }
+
+// Refused is a module that verification refused: the registry answered,
+// and the module does not satisfy the config. (A registry that could not
+// be read is not a refusal.) A policy server must not keep serving an
+// earlier version of the policy in its place (RefusesPrevious): that
+// version may not satisfy the current config either.
+type Refused struct{ Err error }
+
+func (r *Refused) Error() string { return "verification failed: " + r.Err.Error() }
+
+func (r *Refused) Unwrap() error { return r.Err }
+
+// RefusesPrevious is true: see Refused.
+func (r *Refused) RefusesPrevious() bool { return true }
