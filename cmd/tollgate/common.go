@@ -242,12 +242,12 @@ func unwrapRaw(b []byte) []byte {
 func printData(w io.Writer, format string, v any) error {
 	switch format {
 	case "", "compact", "json":
-		enc := json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-		if format == "json" {
-			enc.SetIndent("", "  ")
+		b, err := marshalJSON(v, format == "json")
+		if err != nil {
+			return err
 		}
-		return enc.Encode(v)
+		_, err = w.Write(b)
+		return err
 	case "yaml":
 		b, err := yaml.Marshal(v)
 		if err != nil {
@@ -257,6 +257,21 @@ func printData(w io.Writer, format string, v any) error {
 		return err
 	}
 	return fmt.Errorf("unknown output format %q (want json or yaml)", format)
+}
+
+// marshalJSON is v as the CLI prints JSON: compact or indented by two
+// spaces, `<`, `>` and `&` not HTML-escaped (as kwctl), ending in a newline.
+func marshalJSON(v any, indent bool) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 func checkFormat(format string, allowed ...string) error {

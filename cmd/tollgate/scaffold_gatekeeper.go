@@ -266,11 +266,7 @@ func scaffoldGatekeeper(ctx context.Context, args []string, o scaffoldGKOptions,
 		doc = map[string]any{id: entry}
 	}
 	if o.format == "json" {
-		b, err := json.MarshalIndent(doc, "", "  ")
-		if err != nil {
-			return nil, err
-		}
-		return append(b, '\n'), nil
+		return marshalJSON(doc, true)
 	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {
