@@ -319,3 +319,21 @@ func TestCacheAndFetcher(t *testing.T) {
 		t.Fatalf("file:// module: %v, want ErrNotRegistry", err)
 	}
 }
+
+// TestRegistryErrors: a registry that cannot be read is ErrSignatures (not
+// "unsigned"), and a module that does not exist is host/oci's not found.
+func TestRegistryErrors(t *testing.T) {
+	e := newEnv(t)
+	uri, d := e.push(t, "policies/down", "v1")
+	k := verifytest.NewKey(t)
+	k.SignKey(t, d, nil)
+	v := e.verifier(t, pubKeyConfig(k, ""))
+	if _, err := v.Verify(context.Background(), e.reg.URI("policies/absent:v1")); !errors.Is(err, oci.ErrNotFound) {
+		t.Fatalf("absent module: %v, want oci.ErrNotFound", err)
+	}
+	e.reg.Stop()
+	err := mustFail(t, v, uri+"@"+d.DigestStr(), verify.ErrSignatures, "registry unreachable")
+	if errors.Is(err, verify.ErrUnsigned) || errors.Is(err, verify.ErrNotSatisfied) {
+		t.Fatalf("an unreachable registry reads as a refusal: %v", err)
+	}
+}
