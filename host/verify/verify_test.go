@@ -67,6 +67,16 @@ func (e *env) verifier(t testing.TB, cfg string) *verify.Verifier {
 	return v
 }
 
+// keySigned pushes repo:v1, signs it with a new key, and returns a
+// verifier that requires that key.
+func (e *env) keySigned(t testing.TB, repo string) (string, name.Digest, *verify.Verifier) {
+	t.Helper()
+	uri, d := e.push(t, repo, "v1")
+	k := verifytest.NewKey(t)
+	k.SignKey(t, d, nil)
+	return uri, d, e.verifier(t, pubKeyConfig(k, ""))
+}
+
 func pubKeyConfig(k *verifytest.Key, annotations string) string {
 	indented := strings.ReplaceAll(strings.TrimSpace(string(k.PublicPEM)), "\n", "\n      ")
 	s := "apiVersion: v1\nallOf:\n  - kind: pubKey\n    key: |\n      " + indented + "\n"
@@ -293,10 +303,7 @@ func TestAllOfAnyOf(t *testing.T) {
 
 func TestCacheAndFetcher(t *testing.T) {
 	e := newEnv(t)
-	uri, d := e.push(t, "policies/cached", "v1")
-	k := verifytest.NewKey(t)
-	k.SignKey(t, d, nil)
-	v := e.verifier(t, pubKeyConfig(k, ""))
+	uri, d, v := e.keySigned(t, "policies/cached")
 	f := &verify.Fetcher{Verifier: v, Inner: e.client}
 	wasm, got, err := f.Fetch(context.Background(), uri)
 	if err != nil || got != d.DigestStr() || len(wasm) == 0 {
@@ -324,10 +331,7 @@ func TestCacheAndFetcher(t *testing.T) {
 // "unsigned"), and a module that does not exist is host/oci's not found.
 func TestRegistryErrors(t *testing.T) {
 	e := newEnv(t)
-	uri, d := e.push(t, "policies/down", "v1")
-	k := verifytest.NewKey(t)
-	k.SignKey(t, d, nil)
-	v := e.verifier(t, pubKeyConfig(k, ""))
+	uri, d, v := e.keySigned(t, "policies/down")
 	if _, err := v.Verify(context.Background(), e.reg.URI("policies/absent:v1")); !errors.Is(err, oci.ErrNotFound) {
 		t.Fatalf("absent module: %v, want oci.ErrNotFound", err)
 	}
