@@ -12,6 +12,10 @@
 // `_initialize`. Guests get WASI with nothing mounted: no files, no network, no
 // environment.
 //
+// It also owns the engine's WebAssembly features for every execution mode
+// (features.go: CoreFeatures, NewRuntimeConfig, Screen, CompileError), which
+// host/wasi and host/opa use too.
+//
 // This package must not know about Kubernetes, admission, Kubewarden's wire
 // types or policy settings: it moves bytes in and out of guests and classifies
 // failures (ErrTrap, ErrTimeout, ErrMemoryLimit).

@@ -247,6 +247,8 @@ func FuzzInstrument(f *testing.F) {
 	f.Add(mod(typeSec, funcSec, memSec, expSec, code([]byte{0, 0x0b})))
 	f.Add(mod(typeSec, impSec, funcSec, memSec, globSec, expSec, code([]byte{0, 0x03, 0x7f, 0x41, 1, 0x0b, 0x1a, 0x0b})))
 	f.Add(mod(typeSec, funcSec, memSec, code([]byte{0, 0x03, 0x40, 0xfd, 12, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0x1a, 0x0b, 0x0b})))
+	// typed function references, tail calls
+	f.Add(mod(sec(1, 1, 0x60, 1, 0x63, 0, 0), sec(3, 1, 0), memSec, code([]byte{1, 1, 0x64, 0, 0x02, 0x63, 0, 0x20, 0, 0x0b, 0x1a, 0x20, 0, 0x15, 0, 0x0b})))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		out, name, err := Instrument(in)
 		if err != nil {

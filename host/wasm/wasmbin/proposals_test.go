@@ -325,3 +325,19 @@ func TestProposals(t *testing.T) {
 		t.Fatalf("String = %q", got)
 	}
 }
+
+// FuzzProposals: Proposals and TypedRefSelect never panic, and report the
+// same for any input when asked twice.
+func FuzzProposals(f *testing.F) {
+	f.Add(genModule(rand.New(rand.NewPCG(3, 21))))
+	f.Add(mod(sec(1, 1, 0x5f, 0)))
+	f.Add(mod(sec(5, 1, 3, 1, 1)))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p1, err1 := Proposals(in)
+		p2, err2 := Proposals(in)
+		if p1 != p2 || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("Proposals differs between calls: %v %v / %v %v", p1, err1, p2, err2)
+		}
+		_, _ = TypedRefSelect(in)
+	})
+}
