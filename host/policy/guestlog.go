@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/host/wasm"
 )
 
 // Limits of a guest's log lines (Kubewarden's tracing/log host call). The
@@ -34,36 +34,14 @@ const (
 	guestLogWarnEvery = 10 * time.Second
 )
 
-// guestLog is one policy's log budget: a token bucket.
+// guestLog is one policy's log budget.
 type guestLog struct {
-	mu      sync.Mutex
-	tokens  float64
-	last    time.Time
-	lost    int // dropped since the last warning
-	warned  time.Time
+	wasm.LogLimiter
 	dropped func(policy string)
 }
 
-// allow takes a token; it returns false for a line to drop and, when it is
-// time to say so, how many were dropped since the last warning.
-func (g *guestLog) allow(now time.Time) (ok bool, report int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.last.IsZero() {
-		g.tokens = guestLogBurst
-	} else {
-		g.tokens = min(guestLogBurst, g.tokens+now.Sub(g.last).Seconds()*guestLogRate)
-	}
-	g.last = now
-	if g.tokens >= 1 {
-		g.tokens--
-		return true, 0
-	}
-	g.lost++
-	if now.Sub(g.warned) >= guestLogWarnEvery {
-		report, g.lost, g.warned = g.lost, 0, now
-	}
-	return false, report
+func newGuestLog(dropped func(policy string)) guestLog {
+	return guestLog{LogLimiter: wasm.LogLimiter{Rate: guestLogRate, Burst: guestLogBurst, WarnEvery: guestLogWarnEvery}, dropped: dropped}
 }
 
 // logGuest writes a policy's log line (Kubewarden's tracing payload: a JSON
@@ -72,7 +50,7 @@ func (g *guestLog) allow(now time.Time) (ok bool, report int) {
 // (so a field "policy" is guest.policy, never beside the real policy id),
 // within the limits above.
 func (p *Policy) logGuest(ctx context.Context, payload []byte) {
-	if ok, lost := p.guestLog.allow(time.Now()); !ok {
+	if ok, lost := p.guestLog.Allow(time.Now()); !ok {
 		if p.guestLog.dropped != nil {
 			p.guestLog.dropped(p.id)
 		}
@@ -84,7 +62,7 @@ func (p *Policy) logGuest(ctx context.Context, payload []byte) {
 	}
 	var m map[string]any
 	if err := json.Unmarshal(payload, &m); err != nil {
-		b, truncated := cut(string(payload), guestLogValue)
+		b, truncated := wasm.Cut(string(payload), guestLogValue)
 		p.logger.WarnContext(ctx, "policy log line is not JSON", "source", "policy", "payload", b, "truncated", truncated)
 		return
 	}
@@ -100,7 +78,7 @@ func (p *Policy) logGuest(ctx context.Context, payload []byte) {
 	msg, _ := m["message"].(string)
 	delete(m, "level")
 	delete(m, "message")
-	msg, truncated := cut(msg, guestLogMessage)
+	msg, truncated := wasm.Cut(msg, guestLogMessage)
 	keys := slices.Sorted(maps.Keys(m))
 	if len(keys) > guestLogFields {
 		keys, truncated = keys[:guestLogFields], true
@@ -108,9 +86,9 @@ func (p *Policy) logGuest(ctx context.Context, payload []byte) {
 	fields := make([]any, 0, len(keys))
 	for _, k := range keys {
 		v := m[k]
-		k, kt := cut(k, guestLogKey)
+		k, kt := wasm.Cut(k, guestLogKey)
 		if b, err := json.Marshal(v); err == nil && len(b) > guestLogValue {
-			s, _ := cut(string(b), guestLogValue)
+			s, _ := wasm.Cut(string(b), guestLogValue)
 			v, kt = s, true
 		}
 		truncated = truncated || kt
@@ -124,15 +102,4 @@ func (p *Policy) logGuest(ctx context.Context, payload []byte) {
 		attrs = append(attrs, slog.Group("guest", fields...))
 	}
 	p.logger.LogAttrs(ctx, level, msg, attrs...)
-}
-
-// cut is s cut to at most n bytes at a rune boundary, and whether it was cut.
-func cut(s string, n int) (string, bool) {
-	if len(s) <= n {
-		return s, false
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n], true
 }

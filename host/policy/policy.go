@@ -260,7 +260,7 @@ func (h *Host) newPolicy(s Spec, md *metadata.Metadata, settings json.RawMessage
 		timeout: s.Timeout, maxResp: s.MaxResponseBytes, hostCall: s.HostCalls,
 		logger: h.logger.With("policy", s.ID),
 	}
-	p.guestLog.dropped = h.logDropped
+	p.guestLog = newGuestLog(h.logDropped)
 	p.hostHandler = p.handleHostCall
 	p.inlineHostCalls = s.HostCalls != nil && s.HostCallsInline
 	if p.timeout <= 0 {

@@ -394,12 +394,11 @@ func (e *Engine) storeStub(ctx context.Context, dir string, code []byte, logger 
 
 // newWapcModule compiles a module through wapc-go on a runtime using cache.
 func (e *Engine) newWapcModule(ctx context.Context, code []byte, cache wazero.CompilationCache, interrupt string, logger *slog.Logger) (wapc.Module, error) {
-	consoleLog := func(msg string) { logger.Info("guest console", "message", msg) }
 	wapcEngine := wapcwazero.EngineWithRuntime(func(ctx context.Context) (wazero.Runtime, error) {
 		return e.newRuntime(ctx, cache, interrupt)
 	})
 	wm, err := wapcEngine.New(ctx, dispatchHostCall, code, &wapc.ModuleConfig{
-		Logger: consoleLog,
+		Logger: consoleLog(logger),
 		Stdout: &lineLogger{logger: logger, stream: "stdout"},
 		Stderr: &lineLogger{logger: logger, stream: "stderr"},
 	})
