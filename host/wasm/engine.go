@@ -616,14 +616,20 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		l.logger.Debug("guest output", "stream", l.stream, "line", string(l.buf[:i]))
+		l.logger.Debug("guest output", "stream", l.stream, "line", outputLine(l.buf[:i]))
 		l.buf = l.buf[i+1:]
 	}
 	if len(l.buf) > 4096 {
-		l.logger.Debug("guest output", "stream", l.stream, "line", string(l.buf))
+		l.logger.Debug("guest output", "stream", l.stream, "line", outputLine(l.buf))
 		l.buf = l.buf[:0]
 	}
 	return len(p), nil
+}
+
+// outputLine is a line of guest output as logged: at most 4 KiB.
+func outputLine(b []byte) string {
+	s, _ := Cut(string(b[:min(len(b), 4097)]), 4096)
+	return s
 }
 
 func indexByte(b []byte, c byte) int {

@@ -51,3 +51,15 @@ func TestLogLimiterRefills(t *testing.T) {
 		t.Errorf("dropped after the warning interval: %v, reported %d, want 2", ok, lost)
 	}
 }
+
+// TestGuestOutputLinesCut: a guest's stdout line is logged at most 4 KiB
+// long, however much it writes without a newline.
+func TestGuestOutputLinesCut(t *testing.T) {
+	var b bytes.Buffer
+	w := &lineLogger{logger: slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelDebug})), stream: "stdout"}
+	w.Write([]byte(strings.Repeat("y", 1<<20)))
+	w.Write([]byte("short\n"))
+	if strings.Contains(b.String(), strings.Repeat("y", 4097)) || !strings.Contains(b.String(), "line=short") {
+		t.Errorf("logged %d bytes:\n%.200s", b.Len(), b.String())
+	}
+}
