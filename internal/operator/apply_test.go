@@ -4,6 +4,12 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // TestFieldsOf: the FieldsV1 tree picks fields ("f:"), keyed list items ("k:", in their stored
@@ -44,5 +50,34 @@ func TestFieldsOf(t *testing.T) {
 	}
 	if _, err := fieldsOf(map[string]any{"l": []any{}}, map[string]any{"f:l": map[string]any{"k:{bad": map[string]any{}}}); err == nil {
 		t.Error("a malformed list key: no error")
+	}
+}
+
+// BenchmarkUnchangedDeployment is what a reconcile of an unchanged Deployment costs in
+// applyOwned: the desired object as an apply configuration, the owned fields extracted from the
+// stored one, and their comparison (no request).
+func BenchmarkUnchangedDeployment(b *testing.B) {
+	ps := psObj("p")
+	e := newPSEnv(b, ps)
+	if _, err := e.r.Reconcile(e.ctx, reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}}); err != nil {
+		b.Fatal(err)
+	}
+	live := &appsv1.Deployment{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: psTestNS, Name: "policy-server-p"}, live); err != nil {
+		b.Fatal(err)
+	}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Name: "p"}, ps); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		desired := e.r.desiredDeployment(ps)
+		if err := controllerutil.SetControllerReference(ps, desired, e.c.Scheme()); err != nil {
+			b.Fatal(err)
+		}
+		wrote, err := applyOwned(e.ctx, e.c, desired, live)
+		if err != nil || wrote {
+			b.Fatalf("wrote %v, err %v", wrote, err)
+		}
 	}
 }

@@ -40,7 +40,7 @@ const psTestNS = "tollgate"
 
 // psEnv is a fake cluster with a PolicyServerReconciler that counts the writes it makes.
 type psEnv struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	c      client.Client
 	r      *PolicyServerReconciler
@@ -61,7 +61,7 @@ func applyKindName(ac runtime.ApplyConfiguration) (kind, name string) {
 	return m.Kind, m.Metadata.Name
 }
 
-func newPSEnv(t *testing.T, objs ...client.Object) *psEnv {
+func newPSEnv(t testing.TB, objs ...client.Object) *psEnv {
 	t.Helper()
 	e := &psEnv{t: t, ctx: context.Background(), rec: record.NewFakeRecorder(1000)}
 	count := func(verb string, obj client.Object) {

@@ -558,6 +558,34 @@ spec:
 		if err != nil || len(old) != 1 {
 			t.Fatalf("controller pods %v (%v)", old, err)
 		}
+		// The rollout of the previous step settles first, and the old controller reports it in the
+		// policies' status: a status that changes after the restart because the world did (a
+		// replica terminated meanwhile) is not a write to an unchanged object.
+		eventually(t, time.Minute, func() error {
+			d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			st := d.Status
+			if st.Replicas != *d.Spec.Replicas || st.UpdatedReplicas != st.Replicas || st.ReadyReplicas != st.Replicas ||
+				(st.TerminatingReplicas != nil && *st.TerminatingReplicas != 0) {
+				return fmt.Errorf("Deployment %s not settled: %+v", psObject, st)
+			}
+			served := fmt.Sprintf("served by %d replica(s) of PolicyServer %q", st.ReadyReplicas, psName)
+			for _, kind := range fleetPolicyKinds {
+				l, err := op.dyn.Resource(policyGVR[kind]).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return err
+				}
+				for i := range l.Items {
+					msgs := conditionMessages(&l.Items[i])
+					if strings.Contains(msgs, fmt.Sprintf("replica(s) of PolicyServer %q", psName)) && !strings.Contains(msgs, served) {
+						return fmt.Errorf("%s %s: %s, want %q", kind, l.Items[i].GetName(), msgs, served)
+					}
+				}
+			}
+			return nil
+		})
 		before, err := snapshot(ctx, op.dyn, controllerNS)
 		if err != nil {
 			t.Fatal(err)
@@ -581,20 +609,42 @@ spec:
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Only the controller's own writes count: kube-controller-manager keeps writing the
-		// Deployments' and PDBs' status, and the serving certificate is renewed on its schedule
-		// (--cert-renew-before=90s of a 2m certificate: every 30 s).
-		secret := "secrets " + controllerNS + "/" + psObject + ":"
-		certDue := false
-		if o := before["secrets "+controllerNS+"/"+psObject]; o != nil {
-			crt, _, _ := unstructured.NestedString(o.Object, "data", "tls.crt")
-			if der, err := base64.StdEncoding.DecodeString(crt); err == nil {
-				certDue = time.Until(parseCert(t, der).NotAfter) < 90*time.Second
+		// Only the controller's own writes count (field managers "tollgate", its Updates, and
+		// "tollgate-controller", its server-side applies): kube-controller-manager keeps writing
+		// the Deployments' and PDBs' status, and certificates are renewed on their schedule
+		// (--cert-renew-before=90s of a 2m certificate: every 30 s; of a 3m CA: 90 s after it was
+		// made, and then every webhook's caBundle follows).
+		checked := time.Now()
+		due := func(key, field string) bool {
+			o := before[key]
+			if o == nil {
+				return false
 			}
+			crt, _, _ := unstructured.NestedString(o.Object, "data", field)
+			der, err := base64.StdEncoding.DecodeString(crt)
+			return err == nil && parseCert(t, der).NotAfter.Add(-90*time.Second).Before(checked)
+		}
+		secret := "secrets " + controllerNS + "/" + psObject + ":"
+		caKey := "secrets " + controllerNS + "/" + caSecret
+		caDue := due(caKey, "ca.crt")
+		certDue := caDue || due("secrets "+controllerNS+"/"+psObject, "tls.crt")
+		onlyCABundle := func(c string) bool {
+			_, paths, ok := strings.Cut(c, "; changed: ")
+			if !ok || !strings.Contains(c, "webhookconfigurations ") {
+				return false
+			}
+			for _, p := range strings.Split(paths, ", ") {
+				if !strings.HasPrefix(p, ".metadata.generation ") && !strings.HasSuffix(p, ".clientConfig.caBundle") {
+					return false
+				}
+			}
+			return true
 		}
 		var changed []string
 		for _, c := range diffSnapshots(before, after) {
-			if !strings.Contains(c, "last writer tollgate ") || (certDue && strings.HasPrefix(c, secret)) {
+			ours := strings.Contains(c, "last writer tollgate ") || strings.Contains(c, "last writer tollgate-controller ")
+			renewal := (certDue && strings.HasPrefix(c, secret)) || (caDue && (strings.HasPrefix(c, caKey+":") || onlyCABundle(c)))
+			if !ours || renewal {
 				t.Logf("not the controller's restart: %s", c)
 				continue
 			}
