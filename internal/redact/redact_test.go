@@ -87,3 +87,20 @@ func FuzzURI(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkText masks a typical fetch error against its module URI (what
+// the server does once per failed load, and per error on GET /policies).
+func BenchmarkText(b *testing.B) {
+	uri := "https://alice:hunter22@h.example/x.wasm?X-Amz-Signature=abcdef&X-Amz-Date=20261127&v=1"
+	msg := fmt.Sprintf("cannot fetch module %q: Get %q: dial tcp 10.0.0.1:443: connect: connection refused", uri, uri)
+	for b.Loop() {
+		Text(msg, uri)
+	}
+}
+
+// BenchmarkURIPlain: a URI without credentials, the common case.
+func BenchmarkURIPlain(b *testing.B) {
+	for b.Loop() {
+		URI("registry://ghcr.io/kubewarden/policies/pod-privileged:v0.2.1")
+	}
+}
