@@ -120,6 +120,7 @@ BENCH_DURATION ?= 20s
 bench-server: policies build
 	$(GO) build -o bin/loadgen ./test/loadgen
 	bin/loadgen suite -tollgate bin/tollgate -duration $(BENCH_DURATION)
+	bin/loadgen fairness -tollgate bin/tollgate -duration $(BENCH_DURATION)
 
 # bench-rounds drives one `tollgate serve` (the mutating example on the realistic 5 KB Pod of
 # test/testdata/reviews) with ROUNDS closed-loop rounds of ROUND each and prints req/s, the

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -95,17 +96,47 @@ func TestRequestBytesWaitExpires(t *testing.T) {
 	body := reviewFor("big", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 600_000)}))
 	go h.post("/validate/block", body)
 	<-started
-	t0 := time.Now()
-	resp, err := h.client.Post(h.base+"/validate/block", "application/json", strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || time.Since(t0) > 5*time.Second {
-		t.Fatalf("HTTP %d Retry-After %q after %v, want 503 with Retry-After after ~500 ms", resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(t0))
+	// over HTTP/2 and HTTP/1.1, to a client still writing its body (the server
+	// reads the rest of the body before answering: closing the connection on it
+	// would reset it, and a client whose write meets the reset can lose the 503;
+	// loadgen fairness saw 16 of 400 such failures without the read, this test
+	// does not reproduce that timing)
+	h1 := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: h.ca}, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+	for _, c := range []*http.Client{h.client, h1, h1} {
+		t0 := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, h.base+"/validate/block", &slowReader{r: strings.NewReader(string(body))})
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || time.Since(t0) > 5*time.Second {
+			t.Fatalf("%s: HTTP %d Retry-After %q after %v, want 503 with Retry-After after ~500 ms", resp.Proto, resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(t0))
+		}
 	}
 	_, metrics := h.get("/metrics")
 	if !strings.Contains(metrics, `tollgate_server_limit{limit="request_bytes_in_flight"} 1.048576e+06`) {
 		t.Errorf("limit metric:\n%s", grepLines(metrics, "tollgate_server_limit"))
 	}
+}
+
+// slowReader sends the start of a body at once and the rest after 700 ms,
+// when the server has answered: a client still writing its body.
+type slowReader struct {
+	r     *strings.Reader
+	begun bool
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if !s.begun {
+		s.begun = true
+		return s.r.Read(p[:min(len(p), 1024)])
+	}
+	if s.r.Len() > 0 && s.r.Size()-int64(s.r.Len()) <= 1024 {
+		time.Sleep(700 * time.Millisecond)
+	}
+	return s.r.Read(p)
 }

@@ -72,6 +72,9 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	id := r.PathValue("id")
 	done, err := s.bodies.acquire(r.Context(), r.ContentLength, s.opts.PolicyTimeout)
 	if err != nil {
+		// Read the body to its end, without keeping it: closing the connection on an
+		// unread body resets it, and an HTTP/1.1 client still writing then loses the 503.
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes))
 		s.m.overloaded.Inc()
 		w.Header().Set("Retry-After", "1")
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)

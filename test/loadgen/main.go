@@ -4,6 +4,7 @@
 //	loadgen rounds -tollgate bin/tollgate [-rounds 10 -round 10s]  successive closed-loop rounds on one server (does throughput decay?)
 //	loadgen scale -tollgate bin/tollgate [-requests 20]     50 policies (TinyGo, standard Go, built-ins): start-up cold and warm, RSS
 //	loadgen native -port N -cert-file F -key-file F         the native Go ceiling server
+//	loadgen fairness -tollgate bin/tollgate [-duration 20s] a healthy policy beside one looping to its deadline; RSS under 400 large bodies
 //
 // The suite starts each server as its own process (so its peak RSS is its
 // own), drives it over HTTPS with keep-alive (HTTP/1.1, one connection per
@@ -40,7 +41,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen suite|rounds|scale|native [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen suite|rounds|scale|fairness|native [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -53,6 +54,8 @@ func main() {
 		err = rounds(os.Args[2:])
 	case "scale":
 		err = scale(os.Args[2:])
+	case "fairness":
+		err = fairness(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
