@@ -2,8 +2,11 @@
 // (/validate/{id}, /validate_raw/{id}, /audit/{id}), the plain-HTTP probe
 // port (/readiness, /livez, /metrics, /policies; open while the first policy
 // set loads: Open, ServeProbes, Load, Start), TLS with certificate
-// reload, bounded concurrency with a bounded queue, body limits, timeouts,
-// graceful drain, and hot reload of the policy set with an atomic swap.
+// reload, bounded concurrency with a bounded queue shared fairly between
+// policies (limiter.go: a per-policy share of workers and queue, served in
+// turn), body limits and a budget of body bytes in flight (bodies.go), a
+// connection cap, timeouts, graceful drain, and hot reload of the policy set
+// with an atomic swap.
 //
 // It owns Kubewarden's admission semantics on top of a policy's raw
 // verdict: monitor mode, allowedToMutate, no mutation of DELETE, message

@@ -6,8 +6,9 @@
 // text) to the module's stdin, as Kubewarden's policy-evaluator does.
 //
 // Compiled modules use the compilation cache given to Compile (host/wasm's).
-// Every invocation is bounded by a deadline (wazero's close-on-context-done), a
-// linear-memory cap and an output cap. Instances may be started ahead of
+// Every invocation is bounded by a deadline (wazero's close-on-context-done; a
+// guest's sleep ends at the deadline too), a linear-memory cap and an output
+// cap. Instances may be started ahead of
 // demand for one argv: `_start` runs (Go runtime start, package init) until
 // the guest first reads stdin or calls the host, and the invocation that takes
 // the instance continues it from there with its stdin. What the guest sees is
