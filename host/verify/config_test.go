@@ -5,14 +5,17 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
 	"github.com/tollgate-dev/tollgate/host/verify"
+	"github.com/tollgate-dev/tollgate/host/verify/verifytest"
 )
 
 // testKey is a fresh ECDSA P-256 public key in PEM.
@@ -151,6 +154,42 @@ func TestConfigFromFlags(t *testing.T) {
 	} {
 		if _, err := verify.ConfigFromFlags(tc.f); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: err = %v, want %q", tc.f, err, tc.want)
+		}
+	}
+}
+
+// TestTrustRootFailsClosed: a trust root that cannot be fetched (a TUF
+// mirror that does not answer) or read is ErrTrustRoot, never a root that
+// trusts nothing or anything.
+func TestTrustRootFailsClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	start := time.Now()
+	if _, err := verify.FetchTUF("http://"+addr, t.TempDir()); !errors.Is(err, verify.ErrTrustRoot) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("FetchTUF from a closed port: %v, want ErrTrustRoot naming %s", err, addr)
+	}
+	t.Logf("failed after %v", time.Since(start))
+	// A ClientTrustConfig (cosign trusted-root create + signing config) is
+	// read for its trustedRoot.
+	tr, err := os.ReadFile(verifytest.NewSigstore(t).TrustRootPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctc := `{"mediaType":"application/vnd.dev.sigstore.clienttrustconfig.v0.1+json","trustedRoot":` + string(tr) + `,"signingConfig":{}}`
+	if got, err := verify.ParseTrustRoot("ctc.json", []byte(ctc)); err != nil || len(got.FulcioCertificateAuthorities()) != 2 || len(got.RekorLogs()) != 1 {
+		t.Fatalf("ClientTrustConfig: %v", err)
+	}
+	for _, tc := range []struct{ name, json, want string }{
+		{"not json", "nope", "not JSON"},
+		{"empty", "{}", "not a Sigstore trusted root"},
+		{"client trust config without root", `{"mediaType":"application/vnd.dev.sigstore.clienttrustconfig.v0.1+json"}`, "without trustedRoot"},
+	} {
+		if _, err := verify.ParseTrustRoot(tc.name, []byte(tc.json)); !errors.Is(err, verify.ErrTrustRoot) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrTrustRoot with %q", tc.name, err, tc.want)
 		}
 	}
 }

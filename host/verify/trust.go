@@ -61,7 +61,14 @@ func ParseTrustRoot(name string, b []byte) (*root.TrustedRoot, error) {
 // Sigstore's TUF repository (sigstore-go's embedded TUF root, cached under
 // cacheDir, "" = ~/.sigstore/root). It needs the network on first use.
 func FetchPublicGood(cacheDir string) (*root.TrustedRoot, error) {
+	return FetchTUF(tuf.DefaultMirror, cacheDir)
+}
+
+// FetchTUF fetches trusted_root.json from a TUF repository that Sigstore's
+// TUF root (embedded in sigstore-go) signs: Sigstore's or a mirror of it.
+func FetchTUF(mirror, cacheDir string) (*root.TrustedRoot, error) {
 	opts := tuf.DefaultOptions()
+	opts.RepositoryBaseURL = mirror
 	if cacheDir != "" {
 		opts.CachePath = cacheDir
 	}
