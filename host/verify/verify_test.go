@@ -242,6 +242,12 @@ func TestBundleReferrer(t *testing.T) {
 	cfg := genericIssuer("{equal: "+email+"}") + "    annotations: {stage: prod}\n"
 	mustFail(t, e.verifier(t, cfg), uri, verify.ErrNotSatisfied, "carries no annotations")
 
+	t.Run("bundle signed with a key", func(t *testing.T) {
+		uri3, d3 := e.push(t, "policies/bundled", "v3")
+		verifytest.AttachKeyBundle(t, d3)
+		mustFail(t, e.verifier(t, genericIssuer("{equal: "+email+"}")), uri3, verify.ErrNotSatisfied, "bundle is signed with a key, not a certificate")
+		mustFail(t, e.verifier(t, pubKeyConfig(verifytest.NewKey(t), "")), uri3, verify.ErrNotSatisfied, "pubKey entries match only .sig signatures")
+	})
 	t.Run("bundle for another digest", func(t *testing.T) {
 		uri2, d2 := e.push(t, "policies/bundled", "v2")
 		e.ss.AttachBundle(t, d2, email, issuer, d.DigestStr())

@@ -51,6 +51,7 @@ import (
 	_ "github.com/sigstore/rekor/pkg/types/hashedrekord/v0.0.1" // registers the entry type
 	sgbundle "github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/root"
+	"github.com/sigstore/sigstore-go/pkg/sign"
 	"github.com/sigstore/sigstore-go/pkg/testing/ca"
 	"github.com/sigstore/sigstore-go/pkg/tlog"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
@@ -406,21 +407,10 @@ func (s *Sigstore) rekorBundle(t testing.TB, p, certPEM, sig []byte, integrated 
 // digest in the statement (a bundle about another manifest).
 func (s *Sigstore) AttachBundle(t testing.TB, d name.Digest, email, issuer string, subject string) {
 	t.Helper()
-	hexd := strings.TrimPrefix(d.DigestStr(), "sha256:")
-	if subject != "" {
-		hexd = strings.TrimPrefix(subject, "sha256:")
+	if subject == "" {
+		subject = d.DigestStr()
 	}
-	st := &intoto.Statement{
-		Type:          intoto.StatementTypeUri,
-		Subject:       []*intoto.ResourceDescriptor{{Digest: map[string]string{"sha256": hexd}}},
-		PredicateType: "https://sigstore.dev/cosign/sign/v1",
-		Predicate:     &structpb.Struct{},
-	}
-	stJSON, err := protojson.Marshal(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ent, err := s.VS.AttestAtTime(email, issuer, stJSON, time.Now().Add(5*time.Minute), true)
+	ent, err := s.VS.AttestAtTime(email, issuer, statement(t, subject), time.Now().Add(5*time.Minute), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,6 +451,28 @@ func (s *Sigstore) AttachBundle(t testing.TB, d name.Digest, email, issuer strin
 			Payload: pl, PayloadType: env.PayloadType, Signatures: sigs,
 		}},
 	}
+	writeBundle(t, d, pb)
+}
+
+// statement is cosign's in-toto statement about a manifest digest.
+func statement(t testing.TB, dgst string) []byte {
+	t.Helper()
+	st := &intoto.Statement{
+		Type:          intoto.StatementTypeUri,
+		Subject:       []*intoto.ResourceDescriptor{{Digest: map[string]string{"sha256": strings.TrimPrefix(dgst, "sha256:")}}},
+		PredicateType: "https://sigstore.dev/cosign/sign/v1",
+		Predicate:     &structpb.Struct{},
+	}
+	b, err := protojson.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// writeBundle attaches a bundle to d as cosign does (WriteAttestationNewBundleFormat).
+func writeBundle(t testing.TB, d name.Digest, pb *protobundle.Bundle) {
+	t.Helper()
 	b, err := sgbundle.NewBundle(pb)
 	if err != nil {
 		t.Fatal(err)
@@ -472,6 +484,22 @@ func (s *Sigstore) AttachBundle(t testing.TB, d name.Digest, email, issuer strin
 	if err := ociremote.WriteAttestationNewBundleFormat(d, js, "https://sigstore.dev/cosign/sign/v1"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// AttachKeyBundle attaches a Sigstore bundle signed with an ephemeral key
+// (no certificate, no log entry: sigstore-go's sign.Bundle alone), as
+// `cosign sign --key` of cosign v3 writes one (with a key of its own).
+func AttachKeyBundle(t testing.TB, d name.Digest) {
+	t.Helper()
+	kp, err := sign.NewEphemeralKeypair(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := sign.Bundle(&sign.DSSEData{Data: statement(t, d.DigestStr()), PayloadType: "application/vnd.in-toto+json"}, kp, sign.BundleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeBundle(t, d, pb)
 }
 
 // withPromise completes the log entry sigstore-go's test entity returns
