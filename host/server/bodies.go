@@ -41,8 +41,8 @@ func newBodyBudget(total, maxRequestBytes int64, gauge func(float64)) *bodyBudge
 var errBodyBudget = errors.New("too many request bytes in flight")
 
 // acquire takes the share of a body of contentLength bytes (-1: unknown),
-// waiting at most wait; done gives it back.
-func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time.Duration) (done func(), err error) {
+// waiting at most wait.
+func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time.Duration) (*bodyShare, error) {
 	n := contentLength
 	if n < 0 || n > b.max {
 		n = b.max
@@ -60,10 +60,29 @@ func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time
 	for p := b.peak.Load(); used > p && !b.peak.CompareAndSwap(p, used); p = b.peak.Load() {
 	}
 	b.gauge(float64(used))
-	return func() {
-		b.gauge(float64(b.used.Add(-n)))
-		b.sem.Release(n)
-	}, nil
+	return &bodyShare{b: b, n: n}, nil
+}
+
+// bodyShare is one request's share of the budget.
+type bodyShare struct {
+	b *bodyBudget
+	n int64
+}
+
+// fit gives back what the body, read, did not need (a body sent without a
+// Content-Length was charged the largest size).
+func (s *bodyShare) fit(size int) {
+	if excess := s.n - max(int64(size), 1); excess > 0 {
+		s.n -= excess
+		s.b.gauge(float64(s.b.used.Add(-excess)))
+		s.b.sem.Release(excess)
+	}
+}
+
+// done gives the share back.
+func (s *bodyShare) done() {
+	s.b.gauge(float64(s.b.used.Add(-s.n)))
+	s.b.sem.Release(s.n)
 }
 
 // h2Buffers: what an HTTP/2 client may send ahead of the handler reading it

@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"io"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -139,4 +140,39 @@ func (s *slowReader) Read(p []byte) (int, error) {
 		time.Sleep(700 * time.Millisecond)
 	}
 	return s.r.Read(p)
+}
+
+// TestRequestBytesUnannouncedLength: a body sent without a Content-Length
+// is charged the largest accepted size while it is read, then only its real
+// size: a small chunked request held by its policy leaves the rest of the
+// budget to the next request (before, it kept the whole budget and the next
+// request got 503).
+func TestRequestBytesUnannouncedLength(t *testing.T) {
+	l, release, started := blocking(t)
+	defer close(release)
+	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
+		o.Workers, o.PolicyWorkers, o.PolicyTimeout = 8, 8, 500*time.Millisecond
+		o.MaxRequestBytes, o.MaxRequestBytesInFlight = 1<<20, 1<<20
+	}})
+	small := reviewFor("chunked", "CREATE", "default", pod(nil))
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, h.base+"/validate/block", io.MultiReader(strings.NewReader(string(small))))
+		req.ContentLength = -1 // sent without a length
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := h.client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-started
+	big := reviewFor("big", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 600_000)}))
+	go h.post("/validate/block", big)
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a 600 kB request beside a held chunked one of 1 kB never reached the policy: the chunked one kept the whole budget")
+	}
+	want := len(small) + len(big)
+	if got := h.srv.bodies.used.Load(); got != int64(want) {
+		t.Errorf("body bytes in flight %d, want %d", got, want)
+	}
 }

@@ -70,7 +70,7 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) int 
 
 func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) int {
 	id := r.PathValue("id")
-	done, err := s.bodies.acquire(r.Context(), r.ContentLength, s.opts.PolicyTimeout)
+	share, err := s.bodies.acquire(r.Context(), r.ContentLength, s.opts.PolicyTimeout)
 	if err != nil {
 		// Read the body to its end, without keeping it: closing the connection on an
 		// unread body resets it, and an HTTP/1.1 client still writing then loses the 503.
@@ -79,8 +79,9 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		w.Header().Set("Retry-After", "1")
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)
 	}
-	defer done() // the body and its decoded form live until the answer
+	defer share.done() // the body and its decoded form live until the answer
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes))
+	share.fit(len(body))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
