@@ -26,6 +26,7 @@ func TestRequestBytesInFlightBounded(t *testing.T) {
 	l, release, started := blocking(t)
 	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
 		o.Workers, o.QueueSize, o.PolicyWorkers, o.PolicyTimeout = 64, 64, 64, 20*time.Second
+		o.ReadTimeout = time.Minute // the last bodies are read after the first ones' evaluations: slow on a loaded machine
 	}})
 	body := reviewFor("big", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 3_000_000)}))
 	if int64(len(body)) > h.srv.opts.MaxRequestBytes || len(body) < 3_000_000 {
@@ -85,13 +86,13 @@ func TestRequestBytesInFlightBounded(t *testing.T) {
 }
 
 // TestRequestBytesWaitExpires: a request that cannot get its body's share of
-// --max-request-bytes-in-flight within --policy-timeout gets 503 and
-// Retry-After, without its body being read.
+// --max-request-bytes-in-flight within --policy-timeout, or half the read
+// timeout when that is shorter, gets 503 and Retry-After.
 func TestRequestBytesWaitExpires(t *testing.T) {
 	l, release, started := blocking(t)
 	defer close(release)
 	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
-		o.Workers, o.PolicyTimeout = 8, 500*time.Millisecond
+		o.Workers, o.PolicyTimeout, o.ReadTimeout = 8, 10*time.Second, 2*time.Second // a 1 s wait
 		o.MaxRequestBytes, o.MaxRequestBytesInFlight = 1<<20, 1<<20
 	}})
 	body := reviewFor("big", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 600_000)}))
@@ -115,7 +116,7 @@ func TestRequestBytesWaitExpires(t *testing.T) {
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || time.Since(t0) > 5*time.Second {
-			t.Fatalf("%s: HTTP %d Retry-After %q after %v, want 503 with Retry-After after ~500 ms", resp.Proto, resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(t0))
+			t.Fatalf("%s: HTTP %d Retry-After %q after %v, want 503 with Retry-After after ~1 s", resp.Proto, resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(t0))
 		}
 	}
 	_, metrics := h.get("/metrics")

@@ -70,7 +70,9 @@ func httpError(w http.ResponseWriter, code int, format string, args ...any) int 
 
 func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) int {
 	id := r.PathValue("id")
-	share, err := s.bodies.acquire(r.Context(), r.ContentLength, s.opts.PolicyTimeout)
+	// wait at most half the read timeout, which also runs while the body waits:
+	// the rest is for reading it, or the wait ends in a read error, not a 503
+	share, err := s.bodies.acquire(r.Context(), r.ContentLength, min(s.opts.PolicyTimeout, s.opts.ReadTimeout/2))
 	if err != nil {
 		// Read the body to its end, without keeping it: closing the connection on an
 		// unread body resets it, and an HTTP/1.1 client still writing then loses the 503.
