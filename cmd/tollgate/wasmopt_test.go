@@ -29,6 +29,18 @@ var wasmOptCases = []wasmOptCase{
 	// A TinyGo example (-target=wasi, as Kubewarden builds), through wasm-opt.
 	{"capabilities-drop", "pod-adds-capabilities.json", ""},
 	{"capabilities-drop", "pod-no-capabilities.json", ""},
+	// The opa and gatekeeper execution modes (opa build -t wasm), through wasm-opt.
+	{"opa-required-labels", "pod-labelled.json", "settings.json"},
+	{"opa-required-labels", "pod-missing-owner.json", "settings.json"},
+	{"gatekeeper-allowed-registries", "pod-allowed.json", "settings.json"},
+	{"gatekeeper-allowed-registries", "pod-disallowed.json", "settings.json"},
+}
+
+// wasmOptExamples are the examples with a wasm-opt.args file, and the
+// settings policies.yml gives each in the serve part of the test.
+var wasmOptExamples = map[string]string{
+	"wasi-required-labels": "settings.json", "go-image-registries": "settings.json", "capabilities-drop": "",
+	"opa-required-labels": "settings.json", "gatekeeper-allowed-registries": "settings.json",
 }
 
 func (c wasmOptCase) args(module string) []string {
@@ -42,9 +54,10 @@ func (c wasmOptCase) args(module string) []string {
 // TestWasmOptBuildsAnswerAlike: the wasm-opt --all-features -Oz builds
 // (binaryen 116, typed function references in their code) give the same bytes
 // as the plain builds in run, the same verdict in bench, and the same
-// AdmissionReview from serve's webhook over HTTPS.
+// AdmissionReview from serve's webhook over HTTPS, in the four execution
+// modes (kubewarden-wapc, wasi, opa, gatekeeper).
 func TestWasmOptBuildsAnswerAlike(t *testing.T) {
-	for _, dir := range []string{"wasi-required-labels", "go-image-registries", "capabilities-drop"} {
+	for dir := range wasmOptExamples {
 		plain := testfixture.File(t, "examples/"+dir+"/policy.wasm")
 		opt := testfixture.File(t, "examples/"+dir+"/policy.opt.wasm")
 		if bytes.Equal(plain, opt) {
@@ -87,11 +100,11 @@ func TestWasmOptBuildsAnswerAlike(t *testing.T) {
 	// serve: both builds of each example behind one webhook.
 	dir := t.TempDir()
 	var policies strings.Builder
-	for _, d := range []string{"wasi-required-labels", "go-image-registries", "capabilities-drop"} {
+	for d, settings := range wasmOptExamples {
 		for _, m := range []string{"policy.wasm", "policy.opt.wasm"} {
 			fmt.Fprintf(&policies, "%s-%s:\n  module: %s\n  allowedToMutate: true\n", d, strings.TrimSuffix(m, ".wasm"), ex(d+"/"+m))
-			if s, ok := map[string]string{"wasi-required-labels": "settings.json", "go-image-registries": "settings.json"}[d]; ok {
-				fmt.Fprintf(&policies, "  settings: %s\n", testfixture.File(t, "examples/"+d+"/testdata/"+s))
+			if settings != "" {
+				fmt.Fprintf(&policies, "  settings: %s\n", testfixture.File(t, "examples/"+d+"/testdata/"+settings))
 			}
 		}
 	}
@@ -101,7 +114,7 @@ func TestWasmOptBuildsAnswerAlike(t *testing.T) {
 	}
 	url, client := startServeTLS(t, dir, "--policies="+pp)
 	for _, c := range wasmOptCases {
-		if c.settings != "" && c.settings != "settings.json" {
+		if c.settings != wasmOptExamples[c.dir] {
 			continue // one set of settings per policy in policies.yml
 		}
 		review := asReview(t, testfixture.File(t, "examples/"+c.dir+"/testdata/"+c.request))
