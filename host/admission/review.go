@@ -51,6 +51,15 @@ type requestFields struct {
 // "kind": "AdmissionReview", "request": {...}}`) or a bare AdmissionRequest.
 func ParseReview(data []byte) (*Request, error) {
 	data = bytes.TrimSpace(data)
+	if r, ok := parseReviewFast(data); ok {
+		return r, nil
+	}
+	return parseReviewReference(data)
+}
+
+// parseReviewReference is ParseReview with encoding/json: the definition of
+// what ParseReview answers, and the path of every error.
+func parseReviewReference(data []byte) (*Request, error) {
 	if err := CheckJSON(data); err != nil {
 		return nil, err
 	}
@@ -81,11 +90,18 @@ func ParseReview(data []byte) (*Request, error) {
 			return nil, fmt.Errorf("%w: the AdmissionReview has no request", ErrNotAdmission)
 		}
 	}
-	return ParseRequest(raw)
+	return parseRequestReference(raw)
 }
 
 // ParseRequest reads a bare AdmissionRequest.
 func ParseRequest(raw []byte) (*Request, error) {
+	if r, ok := parseRequestFast(raw); ok {
+		return r, nil
+	}
+	return parseRequestReference(raw)
+}
+
+func parseRequestReference(raw []byte) (*Request, error) {
 	if len(raw) == 0 || raw[0] != '{' {
 		return nil, fmt.Errorf("%w: the request is not a JSON object", ErrNotAdmission)
 	}
