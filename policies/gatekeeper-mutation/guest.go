@@ -114,15 +114,14 @@ func validateSettings(payload []byte) ([]byte, error) {
 	return settingsResponse(err), nil
 }
 
+// str is the text of a string field of the request (raw, as RawFields
+// found it, its syntax checked), "" for any other value. It decodes the
+// string alone: a Parse of it would allocate a parser's slabs, per field.
 func str(raw []byte) string {
-	if len(raw) == 0 || raw[0] != '"' {
+	if len(raw) < 2 || raw[0] != '"' {
 		return ""
 	}
-	v, err := jsonv.Parse(raw, jsonv.IntsPreserved)
-	if err != nil {
-		return ""
-	}
-	return v.S
+	return string(fastjson.Unquote(raw))
 }
 
 // validate answers a Kubewarden ValidationRequest

@@ -377,6 +377,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 	mo := matchObject(obj)
 	for iteration := 1; iteration <= maxIterations; iteration++ {
 		applied = applied[:0]
+		changed := false // a mutation of this iteration changed the object
 		for i, m := range s.muts {
 			if s.conflicts[i] {
 				continue
@@ -400,7 +401,9 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 				// never empty).
 				old = jsonv.AppendTyped(make([]byte, 0, sizeHint), obj)
 			}
-			did, err := m.Mutate(&mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name})
+			mu := mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name}
+			did, err := m.Mutate(&mu)
+			changed = changed || mu.Changed
 			if did {
 				applied = append(applied, m.ID())
 				mo = matchObject(obj)
@@ -409,8 +412,11 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 				return false, nil, nil, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 			}
 		}
-		if len(applied) == 0 {
-			// Nothing changed: the object is as the iteration found it.
+		if len(applied) == 0 || !changed {
+			// Nothing changed: the object is as the iteration found it
+			// (every write of the mutations that applied put back a value
+			// Equal to the one it replaced), which its encoding would say
+			// too.
 			return iteration != 1, first, old, nil
 		}
 		if cur == nil {

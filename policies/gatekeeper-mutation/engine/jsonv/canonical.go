@@ -10,13 +10,29 @@ import (
 // when Equal holds: object keys sorted, Int and Float apart (i / f
 // prefixes), a nil array apart from an empty one. It replaces a deep copy
 // plus Equal in the mutation loop: one buffer instead of a tree.
-func AppendTyped(b []byte, v *Value) []byte { return appendCanonical(b, v, true) }
+func AppendTyped(b []byte, v *Value) []byte {
+	c := canonical{typed: true}
+	return c.append(b, v)
+}
 
 // AppendSemantic appends an encoding of v that is equal for two values
 // exactly when SameJSON holds (numbers as float64, keys sorted).
-func AppendSemantic(b []byte, v *Value) []byte { return appendCanonical(b, v, false) }
+func AppendSemantic(b []byte, v *Value) []byte {
+	var c canonical
+	return c.append(b, v)
+}
 
-func appendCanonical(b []byte, v *Value, typed bool) []byte {
+// canonical is one canonical encoding: typed or semantic, and the stack of
+// the sorted key orders of the objects being encoded (one slice for the
+// whole encoding: under TinyGo a per-object array would be allocated on
+// the heap, object after object).
+type canonical struct {
+	typed bool
+	order []int
+}
+
+func (c *canonical) append(b []byte, v *Value) []byte {
+	typed := c.typed
 	if v == nil {
 		return append(b, 'n')
 	}
@@ -46,30 +62,31 @@ func appendCanonical(b []byte, v *Value, typed bool) []byte {
 		}
 		b = append(b, '[')
 		for _, e := range v.A {
-			b = appendCanonical(b, e, typed)
+			b = c.append(b, e)
 			b = append(b, ',')
 		}
 		return append(b, ']')
 	case Object:
 		keys := v.O.Keys
-		var idx [16]int
-		order := idx[:0]
-		if len(keys) > len(idx) {
-			order = make([]int, 0, len(keys))
-		}
+		base := len(c.order)
 		for i := range keys {
-			order = append(order, i)
+			c.order = append(c.order, i)
+			order := c.order[base:]
 			for j := len(order) - 1; j > 0 && keys[order[j]] < keys[order[j-1]]; j-- {
 				order[j], order[j-1] = order[j-1], order[j]
 			}
 		}
 		b = append(b, '{')
-		for _, i := range order {
+		// The members' encodings push their own orders after this one's
+		// and drop them again; c.order may move, so index it afresh.
+		for k := range keys {
+			i := c.order[base+k]
 			b = fastjson.AppendQuoteMinimal(b, keys[i])
 			b = append(b, ':')
-			b = appendCanonical(b, v.O.Vals[i], typed)
+			b = c.append(b, v.O.Vals[i])
 			b = append(b, ',')
 		}
+		c.order = c.order[:base]
 		return append(b, '}')
 	}
 	return b

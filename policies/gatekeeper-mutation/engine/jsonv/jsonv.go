@@ -277,7 +277,7 @@ const (
 // every string without escapes and every number literal is a substring of;
 // values and objects come from slabs; an object's keys and values and an
 // array's elements are gathered on a scratch stack and then copied into
-// slices of their exact size.
+// slices of their exact size, cut from slabs too.
 func Parse(data []byte, mode NumberMode) (*Value, error) {
 	p := parser{d: data, mode: mode, src: string(data)}
 	p.ws()
@@ -299,12 +299,14 @@ type parser struct {
 	// src is d as a string (Parse; empty for RawFields): strings and
 	// number literals are its substrings.
 	src string
-	// vals and objs are slabs; stack and keys the scratch stacks of the
-	// objects and arrays being parsed.
-	vals  []Value
-	objs  []Obj
-	stack []*Value
-	keys  []string
+	// vals, objs, keySlab and ptrSlab are slabs; stack and keys the
+	// scratch stacks of the objects and arrays being parsed.
+	vals    []Value
+	objs    []Obj
+	keySlab []string
+	ptrSlab []*Value
+	stack   []*Value
+	keys    []string
 }
 
 const slabSize = 64
@@ -325,6 +327,28 @@ func (p *parser) newObj() *Obj {
 	return &p.objs[len(p.objs)-1]
 }
 
+// ptrs and strs cut n elements from their slabs, with the capacity cut to n
+// too: an append to an object's keys or an array's elements copies them
+// rather than write over the next object's. Never nil, even for n = 0 (an
+// empty array is not a nil one).
+func (p *parser) ptrs(n int) []*Value {
+	l := len(p.ptrSlab)
+	if cap(p.ptrSlab)-l < n || p.ptrSlab == nil {
+		p.ptrSlab, l = make([]*Value, 0, max(4*slabSize, n)), 0
+	}
+	p.ptrSlab = p.ptrSlab[:l+n]
+	return p.ptrSlab[l : l+n : l+n]
+}
+
+func (p *parser) strs(n int) []string {
+	l := len(p.keySlab)
+	if cap(p.keySlab)-l < n || p.keySlab == nil {
+		p.keySlab, l = make([]string, 0, max(4*slabSize, n)), 0
+	}
+	p.keySlab = p.keySlab[:l+n]
+	return p.keySlab[l : l+n : l+n]
+}
+
 // substr is d[start:end] as a string, without a copy when Parse made src.
 func (p *parser) substr(start, end int) string {
 	if len(p.src) == len(p.d) {
@@ -339,8 +363,8 @@ func (p *parser) substr(start, end int) string {
 func (p *parser) endObject(base int) *Value {
 	keys, vals := p.keys[base:], p.stack[base:]
 	o := p.newObj()
-	o.Keys = make([]string, 0, len(keys))
-	o.Vals = make([]*Value, 0, len(keys))
+	o.Keys = p.strs(len(keys))[:0]
+	o.Vals = p.ptrs(len(keys))[:0]
 	for i, k := range keys {
 		dup := false
 		for j, prev := range o.Keys {
@@ -366,7 +390,7 @@ func (p *parser) endObject(base int) *Value {
 
 // endArray makes the array of the elements stacked from base.
 func (p *parser) endArray(base int) *Value {
-	a := make([]*Value, len(p.stack)-base)
+	a := p.ptrs(len(p.stack) - base)
 	copy(a, p.stack[base:])
 	for i := base; i < len(p.stack); i++ {
 		p.stack[i] = nil

@@ -56,17 +56,27 @@ type walk struct {
 	path   parser.Path
 	tester *tester.Tester
 	setter Setter
+	// changed records a write that changed a value: a key or an element
+	// added, or a value replaced by one that is not Equal to it. The
+	// writes are the setter's at the last node, the elements setListElement
+	// replaces or appends, and the keys and elements createMissing adds;
+	// the others put back the object or a shallow copy of the array they
+	// walked into.
+	changed bool
 }
 
 // Mutate walks path in obj (an object) and sets the value with setter; it
-// reports whether anything was set. Shapes that do not fit are errors.
-func Mutate(path parser.Path, t *tester.Tester, setter Setter, obj *jsonv.Value) (bool, error) {
+// reports whether anything was set (Gatekeeper's answer) and whether obj
+// changed as a value (jsonv.Equal) on the way: changed is false only when
+// every write left the value it wrote over as it was. Shapes that do not
+// fit are errors.
+func Mutate(path parser.Path, t *tester.Tester, setter Setter, obj *jsonv.Value) (mutated, changed bool, err error) {
 	if len(path.Nodes) == 0 {
-		return false, errors.New("attempting to mutate an empty target location")
+		return false, false, errors.New("attempting to mutate an empty target location")
 	}
 	w := &walk{path: path, tester: t, setter: setter}
-	mutated, _, err := w.mutate(obj, 0)
-	return mutated, err
+	mutated, _, err = w.mutate(obj, 0)
+	return mutated, w.changed, err
 }
 
 func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, error) {
@@ -89,6 +99,9 @@ func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, erro
 			if err := w.setter.SetValue(current.O, entry.Reference); err != nil {
 				return false, nil, err
 			}
+			if now, ok := current.O.Get(entry.Reference); ok != exists || !jsonv.Equal(now, next) {
+				w.changed = true
+			}
 			return true, current, nil
 		}
 		if !exists {
@@ -102,6 +115,7 @@ func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, erro
 			return false, nil, err
 		}
 		if mutated {
+			w.changed = w.changed || !exists
 			current.O.Set(entry.Reference, next)
 		}
 		return mutated, current, nil
@@ -158,6 +172,7 @@ func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, erro
 		if err != nil {
 			return false, nil, err
 		}
+		w.changed = w.changed || m // the element is added when the array is put back
 		mutated = mutated || m
 	}
 	return mutated, &jsonv.Value{K: jsonv.Array, A: shallow}, nil
@@ -184,6 +199,7 @@ func (w *walk) setListElement(list []*jsonv.Value, entry parser.Node, depth int)
 			if !w.tester.ExistsOkay(depth) {
 				return false, nil, nil
 			}
+			w.changed = w.changed || !jsonv.Equal(list[i], newValue)
 			list[i] = newValue
 			return true, &jsonv.Value{K: jsonv.Array, A: list}, nil
 		}
@@ -191,6 +207,7 @@ func (w *walk) setListElement(list []*jsonv.Value, entry parser.Node, depth int)
 	if !w.tester.MissingOkay(depth) {
 		return false, nil, nil
 	}
+	w.changed = true
 	return true, &jsonv.Value{K: jsonv.Array, A: append(list, newValue)}, nil
 }
 

@@ -411,6 +411,9 @@ type Mutable struct {
 	Object    *jsonv.Value
 	Namespace string // metadata.namespace as Gatekeeper's GetNamespace reads it
 	Name      string
+	// Changed is set by Mutate when the mutation changed Object as a value
+	// (see the package function Mutate); it is never cleared.
+	Changed bool
 }
 
 // Mutate applies the mutator to obj (which must be an object).
@@ -442,7 +445,9 @@ func (m *Mutator) Mutate(mu *Mutable) (bool, error) {
 	case KindAssignImage:
 		s = imageSetter{domain: m.AssignDomain, path: m.AssignPath, tag: m.AssignTag}
 	}
-	return Mutate(m.Path, m.Tester, s, mu.Object)
+	mutated, changed, err := Mutate(m.Path, m.Tester, s, mu.Object)
+	mu.Changed = mu.Changed || changed
+	return mutated, err
 }
 
 type defaultSetter struct{ value *jsonv.Value }
