@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -34,6 +36,7 @@ type auditFlags struct {
 	clientKey   string
 	policyFile  string
 	output      string
+	watch       bool
 	logLevel    string
 	logFmt      string
 	rt          runtimeFlags
@@ -94,6 +97,7 @@ itself failed (bad flags, the cluster unreachable, a list or a report write refu
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster configuration, then the usual kubeconfig rules, when empty)")
 	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context")
 	fs.StringVar(&f.policyFile, "policy", "", "audit with this policy manifest (ClusterAdmissionPolicy or AdmissionPolicy YAML), its module run here; prints the results, writes no report")
+	fs.BoolVar(&f.watch, "watch", false, "incremental mode: after the full pass, keep watching the audited kinds and the policies; changed objects are audited at once, a policy change starts a new full pass (until SIGINT or SIGTERM)")
 	fs.StringVarP(&f.output, "output", "o", "", "print every result: table, json or yaml (default with --policy: table; else only the summary)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFmt, "log-fmt", "text", "text or json")
@@ -172,6 +176,19 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 		defer ev.close(ctx)
 		f.o.Policies = []*audit.Policy{p}
 		f.o.Evaluator = ev
+	}
+	if f.watch {
+		if f.policyFile != "" || f.output != "" || f.o.NoReports {
+			return errors.New("--watch keeps reports fresh: it takes neither --policy, -o nor --disable-store")
+		}
+		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return audit.Watch(ctx, cfg, f.o, func(s *audit.Summary, err error) {
+			fmt.Fprintln(cmd.ErrOrStderr(), summaryLine(s, true))
+			if err != nil {
+				log.Error("audit pass failed", "error", err)
+			}
+		})
 	}
 	var mu sync.Mutex
 	var results []audit.Result

@@ -259,3 +259,47 @@ func (w *reportWriter) write(ctx context.Context, res dynamic.ResourceInterface,
 	}
 	return nil
 }
+
+// reconcileOne brings the report of one object up to date (incremental mode): o nil deletes it
+// (the object is gone, or no audited policy matches it any more).
+func (w *reportWriter) reconcileOne(ctx context.Context, namespace, uid string, o *objectResults) (reconcileCounts, error) {
+	var rc reconcileCounts
+	var res dynamic.ResourceInterface = w.dyn.Resource(w.api.gvr(namespace != ""))
+	if namespace != "" {
+		res = w.dyn.Resource(w.api.gvr(true)).Namespace(namespace)
+	}
+	var prev *orv1.Report
+	u, err := res.Get(ctx, uid, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return rc, fmt.Errorf("reading report %s%s: %w", uid, inNamespace(namespace), err)
+	default:
+		prev = &orv1.Report{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, prev); err != nil {
+			return rc, fmt.Errorf("report %s%s: %w", uid, inNamespace(namespace), err)
+		}
+		if prev.Labels[LabelManagedBy] != ManagedBy {
+			return rc, nil // not ours
+		}
+	}
+	if o == nil {
+		if prev == nil {
+			return rc, nil
+		}
+		rc.deleted++
+		return rc, w.write(ctx, res, uid, nil, false)
+	}
+	r := w.build(o, namespace, prev)
+	switch {
+	case prev == nil:
+		rc.created++
+		return rc, w.write(ctx, res, uid, r, true)
+	case sameReport(prev, r):
+		rc.unchanged++
+		return rc, nil
+	}
+	r.ResourceVersion = prev.ResourceVersion
+	rc.updated++
+	return rc, w.write(ctx, res, uid, r, false)
+}

@@ -29,38 +29,52 @@ import (
 // failed are results, not errors.
 func Run(ctx context.Context, cfg *rest.Config, o Options) (*Summary, error) {
 	o.defaults()
-	start := time.Now()
+	a, done, err := prepare(ctx, cfg, &o)
+	if done != nil {
+		defer done()
+	}
+	if err != nil {
+		return a.s, err
+	}
+	return a.s, a.full(ctx)
+}
+
+// prepare makes the clients, reads and selects the policies and makes the evaluator; done
+// releases the evaluator's connections.
+func prepare(ctx context.Context, cfg *rest.Config, o *Options) (a *auditor, done func(), err error) {
 	s := &Summary{RunID: uuid.NewString()}
+	a = &auditor{o: o, s: s, start: time.Now()}
 	api, err := reportAPIFor(o.ReportKind)
 	if err != nil {
-		return s, err
+		return a, nil, err
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return s, err
+		return a, nil, err
 	}
 	if err := v1.AddToScheme(scheme); err != nil {
-		return s, err
+		return a, nil, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return s, fmt.Errorf("kubernetes client: %w", err)
+		return a, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return s, fmt.Errorf("kubernetes client: %w", err)
+		return a, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	rc, err := rawClient(cfg)
 	if err != nil {
-		return s, fmt.Errorf("kubernetes client: %w", err)
+		return a, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	a.c, a.dyn = c, dyn
 
 	explicit := o.Policies != nil
 	all := o.Policies
 	if !explicit {
 		objs, err := ListPolicies(ctx, c)
 		if err != nil {
-			return s, err
+			return a, nil, err
 		}
 		for _, p := range objs {
 			all = append(all, NewPolicy(p))
@@ -82,19 +96,19 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Summary, error) {
 
 	if !explicit {
 		if err := loadWebhooks(ctx, c, policies); err != nil {
-			return s, err
+			return a, nil, err
 		}
 	}
 	ev := o.Evaluator
 	if ev == nil {
 		se, err := newServerEvaluator(c, o.Namespace, o.Server, policies)
 		if err != nil {
-			return s, err
+			return a, nil, err
 		}
-		defer se.close()
+		done = se.close
 		ev = se
 	}
-	a := &auditor{o: &o, s: s, ev: ev, lister: &lister{rc: rc, pageSize: o.PageSize, log: o.Logger}, policies: policies}
+	a.ev, a.lister, a.policies = ev, &lister{rc: rc, pageSize: o.PageSize, log: o.Logger}, policies
 	if !o.NoReports {
 		byID := map[string]*Policy{}
 		for _, p := range policies {
@@ -102,25 +116,30 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Summary, error) {
 		}
 		a.reports = &reportWriter{dyn: dyn, api: api, policies: byID, skipped: len(s.Skipped), parallel: min(o.ParallelResources, 20)}
 	}
+	return a, done, nil
+}
 
-	// the cluster pass, then every namespace (Kubewarden's order)
+// full is one complete pass: the cluster-scoped objects, then every namespace (Kubewarden's
+// order).
+func (a *auditor) full(ctx context.Context) error {
+	o, s := a.o, a.s
 	if o.OnlyNamespace == "" {
 		a.scope(ctx, "", nil)
 	}
 	if !o.ClusterOnly {
-		nss, err := a.namespaces(ctx, c)
+		nss, err := a.namespaces(ctx, a.c)
 		if err != nil {
 			a.fail(err)
 		}
 		s.Namespaces = len(nss)
 		parallel(o.ParallelNamespaces, len(nss), func(i int) { a.scope(ctx, nss[i].Name, nss[i].Labels) })
 	}
-	s.Duration = time.Since(start)
+	s.Duration = time.Since(a.start)
 	sort.Strings(s.Failures)
 	if len(s.Failures) > 0 {
-		return s, fmt.Errorf("the audit failed %d time(s): %s", len(s.Failures), strings.Join(s.Failures, "; "))
+		return fmt.Errorf("the audit failed %d time(s): %s", len(s.Failures), strings.Join(s.Failures, "; "))
 	}
-	return s, ctx.Err()
+	return ctx.Err()
 }
 
 // parallel calls fn(0..n-1), at most limit at once, and returns when all have returned.
@@ -161,6 +180,9 @@ func rawClient(cfg *rest.Config) (rest.Interface, error) {
 type auditor struct {
 	o        *Options
 	s        *Summary
+	start    time.Time
+	c        client.Client
+	dyn      dynamic.Interface
 	ev       Evaluator
 	lister   *lister
 	reports  *reportWriter

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,6 +277,92 @@ spec:
 	if _, ok := after["audit-b/both"]["clusterwide-try-me"]; ok {
 		t.Errorf("tollgate audit --policy wrote a report")
 	}
+
+	// 6. the incremental mode: objects created after the full pass get their report within
+	// seconds, and a policy edit starts a new full pass by itself
+	wlog := &syncBuffer{}
+	watcher := exec.CommandContext(ctx, env.bin, append(auditArgs(t, ctx), "--watch")...)
+	watcher.Stdout, watcher.Stderr = wlog, wlog
+	if err := watcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = watcher.Process.Signal(os.Interrupt)
+		_ = watcher.Wait()
+		if t.Failed() {
+			t.Logf("tollgate audit --watch:\n%s", wlog.String())
+		}
+	}()
+	eventually(t, time.Minute, func() error {
+		if !strings.Contains(wlog.String(), "tollgate audit: ") {
+			return fmt.Errorf("no full pass yet")
+		}
+		return nil
+	})
+	time.Sleep(time.Second) // the watches start after the pass
+	// At admission the policy sees CREATE only, so a ConfigMap is created compliant (its report
+	// appears: pass), then its labels are removed by an update, which only the audit sees.
+	var created, broken []time.Duration
+	for i := range 5 {
+		begin := time.Now()
+		cm, err := cs.CoreV1().ConfigMaps("audit-b").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("late-%d", i),
+			Labels: map[string]string{"owner": "x", "tier": "y"}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitResult := func(want string) {
+			eventually(t, 30*time.Second, func() error {
+				r := readReports(t, ctx, op, map[string]types.UID{"audit-b/late": cm.UID})["audit-b/late"][labels]
+				if r.Result != want {
+					return fmt.Errorf("late ConfigMap %d: %+v, want %s", i, r, want)
+				}
+				return nil
+			})
+		}
+		waitResult("pass")
+		created = append(created, time.Since(begin))
+		begin = time.Now()
+		cm.Labels = nil
+		if _, err := cs.CoreV1().ConfigMaps("audit-b").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitResult("fail")
+		broken = append(broken, time.Since(begin))
+	}
+	for _, l := range [][]time.Duration{created, broken} {
+		sort.Slice(l, func(i, j int) bool { return l[i] < l[j] })
+	}
+	t.Logf("incremental audit: a new ConfigMap in its Report after p50 %v (max %v); a ConfigMap made violating after p50 %v (max %v); 5 each",
+		created[2].Round(time.Millisecond), created[4].Round(time.Millisecond), broken[2].Round(time.Millisecond), broken[4].Round(time.Millisecond))
+	if broken[2] > 5*time.Second || created[2] > 5*time.Second {
+		t.Errorf("incremental audit p50 %v / %v, want <= 5 s", created[2], broken[2])
+	}
+	passes := strings.Count(wlog.String(), "tollgate audit: ")
+	op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "audit-labels", `{"settings": {"mandatory_labels": ["owner"]}}`)
+	eventually(t, 2*time.Minute, func() error {
+		if r := readReports(t, ctx, op, uid)["audit-a/good"][labels]; r.Result != "pass" {
+			return fmt.Errorf("audit-a/good: %+v after the policy edit, want pass (passes: %d before the edit, %d now)", r, passes, strings.Count(wlog.String(), "tollgate audit: "))
+		}
+		return nil
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and the test reading it at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // runAudit runs tollgate audit from the test and returns its output. The node's network has no
@@ -283,17 +370,23 @@ spec:
 // with --policy-server-url; the certificate is still verified for the Service's name.
 func runAudit(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	pods, err := serverPods(ctx, env.cluster.Client, controllerNS, "policy-server-audit")
-	if err != nil || len(pods) == 0 || pods[0].Status.PodIP == "" {
-		t.Fatalf("the policy server's pod: %v %v", pods, err)
-	}
-	url := fmt.Sprintf("https://%s:%d", pods[0].Status.PodIP, containerPort(&pods[0], "policy-server"))
-	cmd := exec.CommandContext(ctx, env.bin, "audit", "--kubeconfig", env.cluster.Kubeconfig, "--tollgate-namespace", controllerNS, "--policy-server-url", url)
+	cmd := exec.CommandContext(ctx, env.bin, auditArgs(t, ctx)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("tollgate audit: %v\n%s", err, out)
 	}
 	return string(out)
+}
+
+// auditArgs are tollgate audit's arguments for a run from the test.
+func auditArgs(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	pods, err := serverPods(ctx, env.cluster.Client, controllerNS, "policy-server-audit")
+	if err != nil || len(pods) == 0 || pods[0].Status.PodIP == "" {
+		t.Fatalf("the policy server's pod: %v %v", pods, err)
+	}
+	url := fmt.Sprintf("https://%s:%d", pods[0].Status.PodIP, containerPort(&pods[0], "policy-server"))
+	return []string{"audit", "--kubeconfig", env.cluster.Kubeconfig, "--tollgate-namespace", controllerNS, "--policy-server-url", url}
 }
 
 func lastLine(s string) string {
