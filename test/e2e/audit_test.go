@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
 var (
@@ -280,7 +281,7 @@ spec:
 
 	// 6. the incremental mode: objects created after the full pass get their report within
 	// seconds, and a policy edit starts a new full pass by itself
-	wlog := &syncBuffer{}
+	wlog := &testfixture.SyncBuffer{}
 	watcher := exec.CommandContext(ctx, env.bin, append(auditArgs(t, ctx), "--watch")...)
 	watcher.Stdout, watcher.Stderr = wlog, wlog
 	if err := watcher.Start(); err != nil {
@@ -345,24 +346,6 @@ spec:
 		}
 		return nil
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and the test reading it at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // runAudit runs tollgate audit from the test and returns its output. The node's network has no
