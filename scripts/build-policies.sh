@@ -240,14 +240,19 @@ build_optimized() {
 		"$(($(stat -c %s "$dir/policy.opt.wasm") / 1024))" "$how" >&2
 }
 
-# find_wasm_opt sets WASM_OPT_BIN, installing binaryen into the tools cache when it is not there.
-find_wasm_opt() {
-	if [[ -n "${WASM_OPT:-}" ]]; then
-		[[ -x "$WASM_OPT" ]] || die "WASM_OPT=$WASM_OPT is not an executable"
-		WASM_OPT_BIN="$WASM_OPT"
+# find_tool prints the path of a tool: the value of the environment variable named $1 when it is set
+# (it must be an executable), otherwise the last line printed by scripts/$2, which installs the
+# tool into the tools cache when it is not there.
+find_tool() {
+	local var="$1" script="$2"
+	if [[ -n "${!var:-}" ]]; then
+		[[ -x "${!var}" ]] || die "$var=${!var} is not an executable"
+		printf '%s\n' "${!var}"
 		return 0
 	fi
-	WASM_OPT_BIN="$("$ROOT/scripts/install-binaryen.sh" | tail -n 1)" || die "scripts/install-binaryen.sh failed"
+	local out
+	out="$("$ROOT/scripts/$script")" || die "scripts/$script failed"
+	printf '%s\n' "${out##*$'\n'}"
 }
 
 # find_tollgate sets TOLLGATE_BIN to the tollgate binary to annotate with, or "" when there is
@@ -286,16 +291,6 @@ check_tinygo() {
 	fi
 }
 
-# find_opa sets OPA_BIN, building opa into the tools cache when it is not there (scripts/install-opa.sh).
-find_opa() {
-	if [[ -n "${OPA:-}" ]]; then
-		[[ -x "$OPA" ]] || die "OPA=$OPA is not an executable"
-		OPA_BIN="$OPA"
-		return 0
-	fi
-	OPA_BIN="$("$ROOT/scripts/install-opa.sh" | tail -n 1)" || die "scripts/install-opa.sh failed"
-}
-
 main() {
 	local -a dirs
 	if (($# > 0)); then
@@ -331,8 +326,12 @@ main() {
 		return 0
 	fi
 	((need_tinygo == 0)) || check_tinygo
-	((need_opa == 0)) || find_opa
-	((need_wasm_opt == 0)) || find_wasm_opt
+	if ((need_opa == 1)); then
+		OPA_BIN="$(find_tool OPA install-opa.sh)" || exit 1
+	fi
+	if ((need_wasm_opt == 1)); then
+		WASM_OPT_BIN="$(find_tool WASM_OPT install-binaryen.sh)" || exit 1
+	fi
 	build_tollgate
 	[[ -n "$TOLLGATE_BIN" ]] || log "no tollgate annotate command yet: policy.wasm files are not annotated"
 	log "building ${#todo[@]} policies, $JOBS at a time ($skipped up to date)"

@@ -111,15 +111,20 @@ func wantLoadCache(t *testing.T, cacheDir string, mod []byte) {
 }
 
 func TestLoadCacheHit(t *testing.T) {
+	// The binaryen 116 build of the waPC example (wasm-opt --all-features
+	// -Oz: typed function references) goes the same way.
+	opt := testfixture.File(t, "examples/go-image-registries/policy.opt.wasm")
 	mod := testfixture.Module(t, "examples/required-labels")
 	dir := t.TempDir()
-	if n, hits := compileAndCall(t, Config{CacheDir: dir}, mod, ModuleConfig{}); n != 1 || hits != 0 {
-		t.Fatalf("first load: %d instrumentations, %d stub loads; want 1, 0", n, hits)
-	}
-	wantLoadCache(t, dir, mod)
-	// A new engine (a restarted process) starts the module from the stub.
-	if n, hits := compileAndCall(t, Config{CacheDir: dir}, mod, ModuleConfig{}); n != 0 || hits != 1 {
-		t.Fatalf("second load: %d instrumentations, %d stub loads; want 0, 1", n, hits)
+	for _, m := range [][]byte{opt, mod} {
+		if n, hits := compileAndCall(t, Config{CacheDir: dir}, m, ModuleConfig{}); n != 1 || hits != 0 {
+			t.Fatalf("first load: %d instrumentations, %d stub loads; want 1, 0", n, hits)
+		}
+		wantLoadCache(t, dir, m)
+		// A new engine (a restarted process) starts the module from the stub.
+		if n, hits := compileAndCall(t, Config{CacheDir: dir}, m, ModuleConfig{}); n != 0 || hits != 1 {
+			t.Fatalf("second load: %d instrumentations, %d stub loads; want 0, 1", n, hits)
+		}
 	}
 	// So does one given the digest by its caller.
 	if n, hits := compileAndCall(t, Config{CacheDir: dir}, mod, ModuleConfig{Digest: Digest(mod)}); n != 0 || hits != 1 {
