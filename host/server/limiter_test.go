@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -130,5 +132,52 @@ func TestLoopingPolicyDoesNotStarveOthers(t *testing.T) {
 	}
 	if strings.Contains(metrics, `tollgate_policy_overload_rejections_total{policy="good"`) {
 		t.Errorf("the good policy had requests refused:\n%s", grepLines(metrics, "tollgate_policy_overload"))
+	}
+}
+
+// TestMaxConnections: with --max-connections 2, a third connection is not
+// served (its TLS handshake does not complete) until one of the two closes.
+func TestMaxConnections(t *testing.T) {
+	h := start(t, harnessOpts{policies: semanticsPolicies(t), loader: semanticsLoader(t), options: func(o *config.Options) {
+		o.MaxConnections = 2
+	}})
+	dial := func(timeout time.Duration) (*tls.Conn, error) {
+		d := &net.Dialer{Timeout: timeout}
+		c, err := tls.DialWithDialer(d, "tcp", h.srv.Addr(), &tls.Config{RootCAs: h.ca})
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	var open []*tls.Conn
+	for i := range 2 {
+		c, err := dial(5 * time.Second)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+		open = append(open, c)
+	}
+	// the kernel accepts the TCP connection into the backlog; the server does not take it
+	raw, err := net.Dial("tcp", h.srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	third := tls.Client(raw, &tls.Config{RootCAs: h.ca, ServerName: "127.0.0.1"})
+	raw.SetDeadline(time.Now().Add(time.Second))
+	if err := third.Handshake(); err == nil {
+		t.Fatal("a third connection was served with --max-connections 2")
+	}
+	raw.Close() // else the server takes it from the backlog first when a slot frees
+	open[0].Close()
+	if c, err := dial(5 * time.Second); err != nil {
+		t.Fatalf("after one of the two closed, a new connection: %v", err)
+	} else {
+		c.Close()
+	}
+	open[1].Close()
+	_, metrics := h.get("/metrics")
+	if !strings.Contains(metrics, `tollgate_server_limit{limit="connections"} 2`) {
+		t.Errorf("metrics:\n%s", grepLines(metrics, "tollgate_server_limit"))
 	}
 }
