@@ -92,6 +92,8 @@ itself failed (bad flags, the cluster unreachable, a list or a report write refu
 	fs.IntVar(&f.o.ParallelResources, "parallel-resources", 100, "objects audited at once per namespace")
 	fs.IntVar(&f.o.ParallelPolicies, "parallel-policies", 5, "policies evaluated at once per object")
 	fs.Int64Var(&f.o.PageSize, "page-size", 100, "objects per List page")
+	fs.Float32Var(&f.o.QPS, "kube-api-qps", 500, "requests per second to the apiserver (client-side limit; the apiserver's priority and fairness applies too)")
+	fs.IntVar(&f.o.Burst, "kube-api-burst", 1000, "burst of requests to the apiserver")
 	fs.StringVar(&f.o.ReportKind, "report-kind", audit.ReportOpenReports, "openreports (openreports.io Report/ClusterReport) or policyreport (legacy wgpolicyk8s.io PolicyReport/ClusterPolicyReport)")
 	fs.BoolVar(&f.o.NoReports, "disable-store", false, "write no reports (print the results with -o)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster configuration, then the usual kubeconfig rules, when empty)")

@@ -44,6 +44,8 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) (*Summary, error) {
 func prepare(ctx context.Context, cfg *rest.Config, o *Options) (a *auditor, done func(), err error) {
 	s := &Summary{RunID: uuid.NewString()}
 	a = &auditor{o: o, s: s, start: time.Now()}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 	api, err := reportAPIFor(o.ReportKind)
 	if err != nil {
 		return a, nil, err
