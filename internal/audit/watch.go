@@ -85,7 +85,12 @@ func (a *auditor) follow(ctx context.Context) string {
 	var wg sync.WaitGroup
 	known := map[uidKey]policyState{}
 	for _, p := range a.policiesAll() {
-		known[uidKey(p.GetUID())] = policyState{p.GetGeneration(), p.PolicyStatus().PolicyStatus}
+		st := p.PolicyStatus()
+		sig := ""
+		for _, c := range st.Conditions {
+			sig += c.Type + "=" + string(c.Status) + "/" + c.Reason + ";"
+		}
+		known[uidKey(p.GetUID())] = policyState{p.GetGeneration(), string(st.PolicyStatus) + "|" + sig}
 	}
 	var mu sync.Mutex
 	for _, gvr := range policyGVRs {
@@ -99,11 +104,18 @@ func (a *auditor) follow(ctx context.Context) string {
 				}
 				gen := u.GetGeneration()
 				st, _, _ := unstructured.NestedString(u.Object, "status", "policyStatus")
+				conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+				sig := ""
+				for _, c := range conds {
+					m, _ := c.(map[string]any)
+					sig += fmt.Sprintf("%v=%v/%v;", m["type"], m["status"], m["reason"])
+				}
+				state := policyState{gen, st + "|" + sig}
 				mu.Lock()
 				prev, seen := known[uidKey(u.GetUID())]
-				known[uidKey(u.GetUID())] = policyState{gen, v1.PolicyStatusEnum(st)}
+				known[uidKey(u.GetUID())] = state
 				mu.Unlock()
-				if ev.Type == watch.Deleted || !seen || prev.generation != gen || prev.status != v1.PolicyStatusEnum(st) {
+				if ev.Type == watch.Deleted || !seen || prev != state {
 					need(fmt.Sprintf("%s %s %s", ev.Type, u.GetKind(), u.GetName()))
 				}
 			})
@@ -155,9 +167,13 @@ func (a *auditor) follow(ctx context.Context) string {
 // uidKey is a policy's UID.
 type uidKey string
 
+// policyState is what of a policy starts a new pass when it changes: its spec (generation), its
+// policyStatus and its conditions (a server that now serves the edit turns
+// PolicyServerConfigurationUpToDate back to True, so a pass started before the reload is
+// followed by one after it).
 type policyState struct {
 	generation int64
-	status     v1.PolicyStatusEnum
+	status     string
 }
 
 // policiesAll are the policy objects the pass read (audited or not), for change detection.
