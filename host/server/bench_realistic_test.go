@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
@@ -67,6 +69,27 @@ func BenchmarkServeRealistic(b *testing.B) {
 					panic(fmt.Sprintf("HTTP %d: %s", w.code, w.buf.Bytes()))
 				}
 				check(w.buf.Bytes())
+			}
+		})
+		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")
+	})
+	b.Run("policy", func(b *testing.B) { // the policy alone: guest, payload, answer and diff
+		req, err := admission.ParseReview(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		set := h.srv.acquire()
+		defer set.release()
+		eval := set.entries["caps"].unit.eval
+		b.ReportAllocs()
+		cpu := processCPU()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				res, err := eval.Evaluate(context.Background(), req)
+				if err != nil || len(res.Patch) == 0 {
+					panic(fmt.Sprintf("not a mutation: %v", err))
+				}
 			}
 		})
 		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op")

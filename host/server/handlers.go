@@ -82,7 +82,7 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)
 	}
 	defer share.done() // the body and its decoded form live until the answer
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes), r.ContentLength, s.opts.MaxRequestBytes)
 	share.fit(len(body))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -158,6 +158,18 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		log.Debug("evaluated", "allowed", d.resp.Allowed, "mutated", d.mutated, "duration", elapsed)
 	}
 	return s.write(w, kind, http.StatusOK, d.resp)
+}
+
+// readBody reads a request body into one buffer of the declared size (up
+// to max) instead of io.ReadAll's doubling from 512 bytes: a 6 KB
+// AdmissionReview took five allocations and 15 KB.
+func readBody(r io.Reader, declared, max int64) ([]byte, error) {
+	var b bytes.Buffer
+	if declared > 0 && declared <= max {
+		b.Grow(int(declared) + bytes.MinRead) // the read that sees EOF needs MinRead free
+	}
+	_, err := b.ReadFrom(r)
+	return b.Bytes(), err
 }
 
 func decodeInput(kind endpointKind, body []byte) (*input, error) {
