@@ -533,6 +533,17 @@ spec:
 		} {
 			begin := time.Now()
 			op.patchSpec(t, ctx, "PolicyServer", "", psName, step.patch)
+			// The controller writes the Deployment first: until then the old rollout looks done.
+			eventually(t, time.Minute, func() error {
+				d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if *d.Spec.Replicas != int32(step.n) || (strings.Contains(step.patch, "image") && d.Spec.Template.Spec.Containers[0].Image != image2) {
+					return fmt.Errorf("the Deployment does not have %s yet", step.patch)
+				}
+				return nil
+			})
 			pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, step.n, 3*time.Minute)
 			if err != nil {
 				t.Fatalf("after %s: %v", step.patch, err)
