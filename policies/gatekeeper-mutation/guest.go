@@ -124,6 +124,11 @@ func str(raw []byte) string {
 	return string(fastjson.Unquote(raw))
 }
 
+// answer is the buffer of validate's mutated answers, reused from call to
+// call: an instance answers one call at a time, and the host copies an
+// answer out of the guest's memory before the instance serves another.
+var answer []byte
+
 // validate answers a Kubewarden ValidationRequest
 // {"request": <AdmissionRequest>, "settings": {...}}.
 func validate(payload []byte) ([]byte, error) {
@@ -151,6 +156,7 @@ func validate(payload []byte) ([]byte, error) {
 		Object:    req["object"],
 		OldObject: req["oldObject"],
 		Parsed:    obj,
+		Out:       append(answer[:0], `{"accepted":true,"mutated_object":`...),
 	}
 	if k, err := jsonv.RawFields(req["kind"]); err == nil {
 		r.Kind = engine.GVK{Group: str(k["group"]), Version: str(k["version"]), Kind: str(k["kind"])}
@@ -171,8 +177,6 @@ func validate(payload []byte) ([]byte, error) {
 	if !changed {
 		return []byte(`{"accepted":true}`), nil
 	}
-	b := make([]byte, 0, len(mutated)+40)
-	b = append(b, `{"accepted":true,"mutated_object":`...)
-	b = append(b, mutated...)
-	return append(b, '}'), nil
+	answer = append(mutated, '}')
+	return answer, nil
 }

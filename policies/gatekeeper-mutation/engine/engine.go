@@ -36,6 +36,10 @@ type Request struct {
 	// Parsed, when set, is Object already parsed (jsonv.IntsPreserved), for
 	// a caller that parsed it while reading the request; Mutate changes it.
 	Parsed *jsonv.Value
+	// Out, when not nil, is where Mutate appends the mutated object's
+	// encoding (the guest passes its answer's buffer, its prefix written,
+	// reused from call to call), instead of a buffer of its own.
+	Out []byte
 }
 
 // NamespaceGetter returns the JSON of the Namespace object named name as
@@ -349,7 +353,10 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 			return nil, false, nil
 		}
 	}
-	return jsonv.Encode(make([]byte, 0, len(req.Object)+256), obj), true, nil
+	if req.Out == nil {
+		req.Out = make([]byte, 0, len(req.Object)+256)
+	}
+	return jsonv.Encode(req.Out, obj), true, nil
 }
 
 // namespaceKept reports whether setNamespace(obj, ns) and the restore of

@@ -1,5 +1,7 @@
 package jsonv
 
+import "unsafe"
+
 // RawFields splits a JSON object into its keys and the raw bytes of their
 // values, without building a tree (the last of duplicate keys wins).
 func RawFields(data []byte) (map[string][]byte, error) {
@@ -143,8 +145,13 @@ func RawFieldsParsed(data []byte, parseKey string, mode NumberMode) (fields map[
 // fields of its object-valued nestedKey (RawFieldsParsed's, with parseKey
 // parsed). It reads a ValidationRequest {"request": {..., "object": ...},
 // "settings": ...} without skipping the request's object twice.
+//
+// The strings of the parsed value are substrings of data itself, not of a
+// copy (data is the largest input a call reads, and a copy of it per call
+// is garbage under TinyGo): data must not change while the value is in
+// use.
 func RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested map[string][]byte, parsed *Value, err error) {
-	p := parser{d: data, mode: mode, src: string(data)}
+	p := parser{d: data, mode: mode, src: unsafe.String(unsafe.SliceData(data), len(data))}
 	p.ws()
 	if p.i >= len(p.d) || p.d[p.i] != '{' {
 		return nil, nil, nil, p.fail("expected an object")
