@@ -307,7 +307,7 @@ spec:
 	for i := range 5 {
 		begin := time.Now()
 		cm, err := cs.CoreV1().ConfigMaps("audit-b").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("late-%d", i),
-			Labels: map[string]string{"owner": "x", "tier": "y"}}}, metav1.CreateOptions{})
+			Labels: map[string]string{"owner": "x", "tier": "y", "nobody": "z"}}}, metav1.CreateOptions{}) // audit-off enforces "nobody"
 		if err != nil {
 			t.Fatal(err)
 		}
