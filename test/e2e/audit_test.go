@@ -301,8 +301,8 @@ spec:
 		return nil
 	})
 	time.Sleep(time.Second) // the watches start after the pass
-	// At admission the policy sees CREATE only, so a ConfigMap is created compliant (its report
-	// appears: pass), then its labels are removed by an update, which only the audit sees.
+	// At admission audit-labels sees CREATE only, so a ConfigMap is created compliant (its report
+	// appears: pass), then its label tier is removed by an update, which only the audit sees.
 	var created, broken []time.Duration
 	for i := range 5 {
 		begin := time.Now()
@@ -323,7 +323,7 @@ spec:
 		waitResult("pass")
 		created = append(created, time.Since(begin))
 		begin = time.Now()
-		cm.Labels = nil
+		delete(cm.Labels, "tier") // audit-update-only checks owner on UPDATE; audit-labels wants tier too
 		if _, err := cs.CoreV1().ConfigMaps("audit-b").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
