@@ -137,6 +137,9 @@ func (a *auditor) full(ctx context.Context) error {
 		parallel(o.ParallelNamespaces, len(nss), func(i int) { a.scope(ctx, nss[i].Name, nss[i].Labels) })
 	}
 	s.Duration = time.Since(a.start)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	sort.Strings(s.Failures)
 	if len(s.Failures) > 0 {
 		return fmt.Errorf("the audit failed %d time(s): %s", len(s.Failures), strings.Join(s.Failures, "; "))
@@ -194,6 +197,9 @@ type auditor struct {
 }
 
 func (a *auditor) fail(err error) {
+	if errors.Is(err, context.Canceled) || strings.Contains(err.Error(), context.Canceled.Error()) {
+		return // the run was stopped: Run returns ctx's error
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.s.Failures = append(a.s.Failures, err.Error())
