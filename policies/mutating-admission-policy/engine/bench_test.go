@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -50,13 +51,36 @@ func BenchmarkEvaluate(b *testing.B) {
 // not available: GOOS=wasip1 GOARCH=wasm go test -exec
 // $(go env GOROOT)/lib/wasm/go_wasip1_wasm_exec with GOWASIRUNTIME=wazero).
 func BenchmarkEvaluateStages(b *testing.B) {
+	b.Run("example", func(b *testing.B) { evaluateStages(b, pod) })
+	b.Run("pod5k", func(b *testing.B) { evaluateStages(b, realisticPod(b)) })
+}
+
+// realisticPod is request.object of test/testdata/reviews/pod.json, the 5 KB
+// Pod of a Deployment (issue 24: figures from real objects).
+func realisticPod(b *testing.B) string {
+	raw, err := os.ReadFile("../../../test/testdata/reviews/pod.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rv struct {
+		Request struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(raw, &rv); err != nil {
+		b.Fatal(err)
+	}
+	return string(rv.Request.Object)
+}
+
+func evaluateStages(b *testing.B, object string) {
 	e, err := Compile([]byte(policyWith(`
   - patchType: ApplyConfiguration
     applyConfiguration: {expression: "Object{metadata: Object.metadata{labels: {'team': 'payments'}}}"}`)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := req{object: pod}.build(b)
+	r := req{object: object}.build(b)
 	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Pod"}
 	obj, err := e.decodeObject(r.Object, gvk)
 	if err != nil {
