@@ -127,7 +127,11 @@ func str(raw []byte) string {
 // answer is the buffer of validate's mutated answers, reused from call to
 // call: an instance answers one call at a time, and the host copies an
 // answer out of the guest's memory before the instance serves another.
-var answer []byte
+// scratch is the engine's memory, reused likewise.
+var (
+	answer  []byte
+	scratch engine.Scratch
+)
 
 // validate answers a Kubewarden ValidationRequest
 // {"request": <AdmissionRequest>, "settings": {...}}.
@@ -157,6 +161,7 @@ func validate(payload []byte) ([]byte, error) {
 		OldObject: req["oldObject"],
 		Parsed:    obj,
 		Out:       append(answer[:0], `{"accepted":true,"mutated_object":`...),
+		Scratch:   &scratch,
 	}
 	if k, err := jsonv.RawFields(req["kind"]); err == nil {
 		r.Kind = engine.GVK{Group: str(k["group"]), Version: str(k["version"]), Kind: str(k["kind"])}

@@ -40,6 +40,28 @@ type Request struct {
 	// encoding (the guest passes its answer's buffer, its prefix written,
 	// reused from call to call), instead of a buffer of its own.
 	Out []byte
+	// Scratch, when not nil, holds the buffers of the convergence loop's
+	// encodings, kept for the next Mutate that gets it.
+	Scratch *Scratch
+}
+
+// Scratch is memory Mutate reuses from one call to the next: the buffers
+// of the convergence loop's encodings of the object (under TinyGo every
+// allocation is collector work). A caller that answers one request at a
+// time (the guest) keeps one; a Scratch must not serve two Mutates at once.
+type Scratch struct {
+	bufs [3][]byte
+}
+
+// buf is buffer i, empty, with room for n bytes.
+func (sc *Scratch) buf(i, n int) []byte {
+	if sc == nil {
+		return make([]byte, 0, n)
+	}
+	if cap(sc.bufs[i]) < n {
+		sc.bufs[i] = make([]byte, 0, n)
+	}
+	return sc.bufs[i][:0]
 }
 
 // NamespaceGetter returns the JSON of the Namespace object named name as
@@ -339,7 +361,7 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	}
 	setNamespace(obj, reqNS)
 
-	mutated, first, last, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4)
+	mutated, first, last, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4, req.Scratch)
 	if err != nil || !mutated {
 		return nil, false, err
 	}
@@ -377,10 +399,11 @@ func namespaceKept(obj *jsonv.Value, ns string) bool {
 // loop runs the iterations. When the object was mutated, first and last
 // are AppendTyped encodings of the object before the first iteration and
 // at the end.
-func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint int) (mutated bool, first, last []byte, err error) {
+func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint int, sc *Scratch) (mutated bool, first, last []byte, err error) {
 	maxIterations := len(s.muts) + 1
 	var applied []string
 	var old, cur []byte // the object at the iteration's start and end (AppendTyped)
+	next := 1           // the Scratch buffer cur takes when it needs a new one
 	mo := matchObject(obj)
 	for iteration := 1; iteration <= maxIterations; iteration++ {
 		applied = applied[:0]
@@ -406,7 +429,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 			if len(old) == 0 {
 				// Nothing changed since the iteration started (an encoding is
 				// never empty).
-				old = jsonv.AppendTyped(make([]byte, 0, sizeHint), obj)
+				old = jsonv.AppendTyped(sc.buf(0, sizeHint), obj)
 			}
 			mu := mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name}
 			did, err := m.Mutate(&mu)
@@ -427,7 +450,8 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 			return iteration != 1, first, old, nil
 		}
 		if cur == nil {
-			cur = make([]byte, 0, len(old)+len(old)/4)
+			cur = sc.buf(next, len(old)+len(old)/4)
+			next++
 		}
 		cur = jsonv.AppendTyped(cur[:0], obj)
 		if string(cur) == string(old) {
