@@ -118,6 +118,11 @@ func fairLatency(b *bench, base string, client *http.Client, healthyBody []byte,
 	loaded := openLoop(client, base+"/validate/healthy", healthyBody, true, rate, dur)
 	close(stop)
 	wg.Wait()
+	// The looping clients' idle keep-alive connections would hold --max-connections
+	// slots (256 by default) for the server's idle timeout (90 s), so that the next
+	// part's clients would wait in the listen backlog.
+	loopClient.CloseIdleConnections()
+	client.CloseIdleConnections()
 	var kinds []string
 	codes.Range(func(k, v any) bool {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
