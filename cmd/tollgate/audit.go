@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -71,7 +72,18 @@ itself failed (bad flags, the cluster unreachable, a list or a report write refu
   tollgate audit --kubeconfig ~/.kube/config -n shop --disable-store -o json
   tollgate audit --policy my-policy.yaml --kubeconfig ~/.kube/config`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runAudit(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The audit's live heap is small (a page of objects and a namespace's results at a
+			// time) but it allocates fast: collect more often to keep its RSS down
+			// (docs/benchmarks.md "Audit"), unless GOGC or GOMEMLIMIT say otherwise.
+			if os.Getenv("GOGC") == "" {
+				debug.SetGCPercent(50)
+			}
+			if os.Getenv("GOMEMLIMIT") == "" {
+				debug.SetMemoryLimit(80 << 20)
+			}
+			return runAudit(cmd, f)
+		},
 	}
 	fs := cmd.Flags()
 	ns := os.Getenv("POD_NAMESPACE")
