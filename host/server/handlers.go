@@ -95,7 +95,7 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	if err != nil {
 		return httpError(w, http.StatusBadRequest, "%s/%s: %v", kind, id, err)
 	}
-	log := s.log.With("policy", id, "uid", in.uid, "endpoint", kind.String())
+	log := requestLog(s.log, id, in.uid, kind.String())
 
 	if kind == kindValidate && s.opts.AlwaysAcceptNamespace != "" && in.namespace == s.opts.AlwaysAcceptNamespace {
 		s.m.acceptedByNsTot.Inc()
