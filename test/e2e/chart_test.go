@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -76,9 +77,10 @@ func TestChart(t *testing.T) {
 		args []string
 		want int
 	}{
-		{"defaults", nil, 8},
-		// No ServiceAccount (serviceAccount.create=false); the ServiceMonitor's CRD is not installed here.
-		{"all values", []string{"--values", filepath.Join(env.root, "test", "helmchart", "testdata", "all-values.yaml"), "--set", "metrics.serviceMonitor.enabled=false"}, 7},
+		{"defaults", nil, 15}, // 8, and the audit's 7: CronJob, ServiceAccount, ClusterRole, 2 ClusterRoleBindings, 2 report CRDs
+		// No ServiceAccount (serviceAccount.create=false); the ServiceMonitor's CRD is not installed
+		// here; the audit's objects without the report CRDs (installReportCRDs=false).
+		{"all values", []string{"--values", filepath.Join(env.root, "test", "helmchart", "testdata", "all-values.yaml"), "--set", "metrics.serviceMonitor.enabled=false"}, 12},
 	} {
 		t.Run("dry-run "+tc.name, func(t *testing.T) {
 			// --force-conflicts: another test may own a real PolicyServer "default".
@@ -150,6 +152,38 @@ func TestChart(t *testing.T) {
 			if got := strings.TrimSpace(out) == "yes"; got != tc.want {
 				t.Errorf("kubectl auth can-i %s: %q, want allowed=%v", strings.Join(tc.args, " "), strings.TrimSpace(out), tc.want)
 			}
+		}
+		// the audit's ServiceAccount: reads what it audits (view), the policies and their webhooks,
+		// writes reports; no Secrets, no other writes
+		auditSA := "system:serviceaccount:" + chartNamespace + ":" + chartRelease + "-tollgate-audit"
+		for _, tc := range []struct {
+			args []string
+			want bool
+		}{
+			{[]string{"list", "pods", "--all-namespaces"}, true},
+			{[]string{"list", "configmaps", "-n", "default"}, true},
+			{[]string{"list", "namespaces"}, true},
+			{[]string{"watch", "clusteradmissionpolicies.policies.tollgate.dev"}, true},
+			{[]string{"get", "validatingwebhookconfigurations.admissionregistration.k8s.io"}, true},
+			{[]string{"create", "reports.openreports.io", "-n", "default"}, true},
+			{[]string{"delete", "clusterreports.openreports.io"}, true},
+			{[]string{"update", "reports.openreports.io", "-n", "kube-system"}, true},
+			{[]string{"get", "secrets", "-n", chartNamespace}, false},
+			{[]string{"list", "secrets", "--all-namespaces"}, false},
+			{[]string{"create", "pods", "-n", "default"}, false},
+			{[]string{"update", "clusteradmissionpolicies.policies.tollgate.dev"}, false},
+			{[]string{"create", "validatingwebhookconfigurations.admissionregistration.k8s.io"}, false},
+		} {
+			args := append([]string{"auth", "can-i", "--as=" + auditSA}, tc.args...)
+			// `view` is an aggregated role: kube-controller-manager fills it in shortly after the
+			// cluster starts, so an allowed verb may take a moment to be
+			eventually(t, 30*time.Second, func() error {
+				out, _, _ := c.Kubectl(ctx, args...)
+				if got := strings.TrimSpace(out) == "yes"; got != tc.want {
+					return fmt.Errorf("audit: kubectl auth can-i %s: %q, want allowed=%v", strings.Join(tc.args, " "), strings.TrimSpace(out), tc.want)
+				}
+				return nil
+			})
 		}
 	})
 }
