@@ -188,6 +188,7 @@ type auditor struct {
 	start    time.Time
 	c        client.Client
 	dyn      dynamic.Interface
+	rvs      map[schema.GroupVersionResource]string // incremental mode: where the watches start
 	ev       Evaluator
 	lister   *lister
 	reports  *reportWriter

@@ -43,7 +43,11 @@ func Watch(ctx context.Context, cfg *rest.Config, o Options, onPass func(*Summar
 	for ctx.Err() == nil {
 		a, done, err := prepare(ctx, cfg, &o)
 		if err == nil {
-			err = a.full(ctx)
+			// the watches start where the cluster was before the pass listed it, so that
+			// nothing changed during the pass is missed (seen twice is harmless)
+			if err = a.resourceVersions(ctx); err == nil {
+				err = a.full(ctx)
+			}
 		}
 		onPass(a.s, err)
 		if a.c == nil || a.ev == nil { // could not start: try again
@@ -185,15 +189,37 @@ func (a *auditor) policiesAll() []v1.Policy {
 	return out
 }
 
-// watch follows gvr cluster-wide from now on; it returns when ctx ends or the watch cannot
-// resume.
+// resourceVersions records, before a full pass, the resource version each watched resource
+// (the policy kinds and the audited kinds) is at.
+func (a *auditor) resourceVersions(ctx context.Context) error {
+	a.rvs = map[schema.GroupVersionResource]string{}
+	gvrs := slices.Clone(policyGVRs)
+	for _, p := range a.policies {
+		for _, t := range p.rules {
+			if !slices.Contains(gvrs, t.gvr) {
+				gvrs = append(gvrs, t.gvr)
+			}
+		}
+	}
+	for _, gvr := range gvrs {
+		l, err := a.dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return fmt.Errorf("watching %s: %w", gvrString(gvr), err)
+		}
+		a.rvs[gvr] = l.GetResourceVersion()
+	}
+	return nil
+}
+
+// watch follows gvr cluster-wide from the resource version recorded before the pass; it returns
+// when ctx ends or the watch cannot resume.
 func (a *auditor) watch(ctx context.Context, gvr schema.GroupVersionResource, fn func(watch.Event)) error {
 	ri := a.dyn.Resource(gvr)
-	l, err := ri.List(ctx, metav1.ListOptions{Limit: 1})
-	if err != nil {
-		return fmt.Errorf("watching %s: %w", gvrString(gvr), err)
+	rv, ok := a.rvs[gvr]
+	if !ok {
+		return fmt.Errorf("watching %s: no resource version recorded", gvrString(gvr))
 	}
-	rw, err := watchtools.NewRetryWatcherWithContext(ctx, l.GetResourceVersion(), &cache.ListWatch{
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return ri.Watch(ctx, opts)
 		},
