@@ -233,11 +233,8 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 // but have no effect, for the DeploymentReconciled condition's message.
 func unsupportedFields(ps *v1.PolicyServer) string {
 	var f []string
-	if ps.Spec.VerificationConfig != "" {
-		f = append(f, "spec.verificationConfig")
-	}
-	if ps.Spec.SigstoreTrustConfig != "" {
-		f = append(f, "spec.sigstoreTrustConfig")
+	if ps.Spec.SigstoreTrustConfig != "" && ps.Spec.VerificationConfig == "" {
+		f = append(f, "spec.sigstoreTrustConfig (without spec.verificationConfig)")
 	}
 	if ps.Spec.MetricsPort != nil {
 		f = append(f, "spec.metricsPort (metrics are served on readinessProbePort)")

@@ -449,7 +449,7 @@ func TestPolicyServerDeploymentOptions(t *testing.T) {
 	// The RoleBinding names spec.serviceAccountName.
 	checkServerRBAC(t, e, "p", "mine")
 	got = e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
-	got.Spec.VerificationConfig = "verify"
+	got.Spec.SigstoreTrustConfig = "trust"
 	if err := e.c.Update(e.ctx, got); err != nil {
 		t.Fatal(err)
 	}
@@ -457,8 +457,76 @@ func TestPolicyServerDeploymentOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
-	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionDeploymentReconciled); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "spec.verificationConfig") {
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionDeploymentReconciled); c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "spec.sigstoreTrustConfig (without spec.verificationConfig)") {
 		t.Errorf("DeploymentReconciled = %+v", c)
+	}
+	checkVerificationMounts(t, e, got)
+}
+
+// checkVerificationMounts: spec.verificationConfig and spec.sigstoreTrustConfig name ConfigMaps
+// that the Deployment mounts (no subPath, so that kubelet updates them in place and the server
+// verifies again without a rollout) and that serve's flags name; a missing ConfigMap or key is
+// reported (the Deployment is written anyway).
+func checkVerificationMounts(t *testing.T, e *psEnv, got *v1.PolicyServer) {
+	t.Helper()
+	got.Spec.VerificationConfig = "verify"
+	if err := e.c.Update(e.ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	_, err, writes := e.reconcile("p")
+	if err == nil || !strings.Contains(err.Error(), `spec.verificationConfig "verify"`) || !strings.Contains(err.Error(), `spec.sigstoreTrustConfig "trust"`) ||
+		!slices.Contains(writes, "apply Deployment policy-server-p") {
+		t.Fatalf("missing ConfigMaps: err %v, writes %v", err, writes)
+	}
+	for name, data := range map[string]map[string]string{"verify": {"verification-config": "apiVersion: v1\n"}, "trust": {"other": "{}"}} {
+		if err := e.c.Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: psTestNS, Name: name}, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err, _ := e.reconcile("p"); err == nil || !strings.Contains(err.Error(), `spec.sigstoreTrustConfig "trust": the ConfigMap in namespace tollgate has no sigstore-trust-config key`) ||
+		strings.Contains(err.Error(), "spec.verificationConfig") {
+		t.Fatalf("trust ConfigMap without its key: %v", err)
+	}
+	trust := &corev1.ConfigMap{}
+	if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: psTestNS, Name: "trust"}, trust); err != nil {
+		t.Fatal(err)
+	}
+	trust.Data = map[string]string{"sigstore-trust-config": "{}"}
+	if err := e.c.Update(e.ctx, trust); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, _ := e.reconcile("p"); err != nil {
+		t.Fatalf("with both ConfigMaps: %v", err)
+	}
+	got = e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionDeploymentReconciled); c.Status != metav1.ConditionTrue || strings.Contains(c.Message, "spec.verificationConfig") || strings.Contains(c.Message, "sigstoreTrustConfig") {
+		t.Errorf("DeploymentReconciled = %+v", c)
+	}
+	dep := e.get(&appsv1.Deployment{}, "policy-server-p").(*appsv1.Deployment)
+	c := dep.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--verification-path=/verification/verification-config") || !slices.Contains(c.Args, "--sigstore-trust-config=/sigstore-trust/sigstore-trust-config") {
+		t.Errorf("args %v", c.Args)
+	}
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		want, ok := map[string][2]string{"verification": {"verify", "verification-config"}, "sigstore-trust": {"trust", "sigstore-trust-config"}}[v.Name]
+		if !ok {
+			continue
+		}
+		m := mounts[v.Name]
+		if v.ConfigMap == nil || v.ConfigMap.Name != want[0] || len(v.ConfigMap.Items) != 1 || v.ConfigMap.Items[0].Key != want[1] || m.SubPath != "" || !m.ReadOnly || m.MountPath != "/"+v.Name {
+			t.Errorf("volume %+v mounted %+v", v, m)
+		}
+		delete(mounts, v.Name)
+	}
+	if _, ok := mounts["verification"]; ok {
+		t.Errorf("verification mount without its volume")
+	}
+	if !slices.ContainsFunc(dep.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "sigstore-trust" }) {
+		t.Errorf("volumes %+v lack sigstore-trust", dep.Spec.Template.Spec.Volumes)
 	}
 }
 

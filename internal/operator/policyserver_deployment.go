@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -22,6 +23,18 @@ const (
 	volumeCert         = "tls"
 	volumeCache        = "cache"
 	volumeRegistryAuth = "registry-auth"
+	volumeVerification = "verification"
+	volumeSigstore     = "sigstore-trust"
+)
+
+// The ConfigMaps of spec.verificationConfig and spec.sigstoreTrustConfig: their keys (as
+// Kubewarden's) and where the pods mount them (no subPath: kubelet updates the files in place and
+// the server, which watches them, verifies every module again without a rollout).
+const (
+	VerificationConfigKey  = "verification-config"
+	SigstoreTrustConfigKey = "sigstore-trust-config"
+	VerificationMountPath  = "/verification"
+	SigstoreTrustMountPath = "/sigstore-trust"
 )
 
 // ServerArgs returns the arguments of the policy server container: `tollgate serve` with every
@@ -46,6 +59,12 @@ func ServerArgs(ps *v1.PolicyServer, o Options) []string {
 	}
 	if ps.Spec.ImagePullSecret != "" {
 		args = append(args, "--docker-config-json-path="+RegistryAuthMountPath+"/config.json")
+	}
+	if ps.Spec.VerificationConfig != "" {
+		args = append(args, "--verification-path="+VerificationMountPath+"/"+VerificationConfigKey)
+		if ps.Spec.SigstoreTrustConfig != "" {
+			args = append(args, "--sigstore-trust-config="+SigstoreTrustMountPath+"/"+SigstoreTrustConfigKey)
+		}
 	}
 	return args
 }
@@ -110,6 +129,11 @@ func (r *PolicyServerReconciler) desiredDeployment(ps *v1.PolicyServer) *appsv1.
 			SecretName: s, Items: []corev1.KeyToPath{{Key: corev1.DockerConfigJsonKey, Path: "config.json"}}}}})
 		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: volumeRegistryAuth, MountPath: RegistryAuthMountPath, ReadOnly: true})
 	}
+	for _, m := range verificationMounts(ps) {
+		volumes = append(volumes, corev1.Volume{Name: m.volume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: m.configMap}, Items: []corev1.KeyToPath{{Key: m.key, Path: m.key}}}}})
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: m.volume, MountPath: m.path, ReadOnly: true})
+	}
 	podSC := ps.Spec.SecurityContexts.Pod
 	if podSC == nil {
 		podSC = &corev1.PodSecurityContext{RunAsNonRoot: &ro, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
@@ -157,8 +181,44 @@ func (r *PolicyServerReconciler) reconcileDeployment(ctx context.Context, ps *v1
 	if err != nil {
 		return nil, fmt.Errorf("Deployment: %w", err)
 	}
-	// The Deployment is written anyway: once the Secret is fixed, kubelet starts the pods.
-	return dep, r.checkImagePullSecret(ctx, ps)
+	// The Deployment is written anyway: once the Secret (or ConfigMap) is fixed, kubelet starts
+	// the pods.
+	return dep, errors.Join(r.checkImagePullSecret(ctx, ps), r.checkVerificationConfigMaps(ctx, ps))
+}
+
+// verificationMount is a ConfigMap of spec.verificationConfig or spec.sigstoreTrustConfig.
+type verificationMount struct {
+	field, configMap, key, volume, path string
+}
+
+// verificationMounts lists the verification ConfigMaps ps names (the trust config only with a
+// verification config: alone it would verify nothing).
+func verificationMounts(ps *v1.PolicyServer) []verificationMount {
+	if ps.Spec.VerificationConfig == "" {
+		return nil
+	}
+	ms := []verificationMount{{"spec.verificationConfig", ps.Spec.VerificationConfig, VerificationConfigKey, volumeVerification, VerificationMountPath}}
+	if ps.Spec.SigstoreTrustConfig != "" {
+		ms = append(ms, verificationMount{"spec.sigstoreTrustConfig", ps.Spec.SigstoreTrustConfig, SigstoreTrustConfigKey, volumeSigstore, SigstoreTrustMountPath})
+	}
+	return ms
+}
+
+// checkVerificationConfigMaps reports a verification ConfigMap that the pods cannot mount:
+// missing, or without its key.
+func (r *PolicyServerReconciler) checkVerificationConfigMaps(ctx context.Context, ps *v1.PolicyServer) error {
+	var errs []error
+	for _, m := range verificationMounts(ps) {
+		cm := &corev1.ConfigMap{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Options.Namespace, Name: m.configMap}, cm); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", m.field, m.configMap, err))
+			continue
+		}
+		if _, ok := cm.Data[m.key]; !ok {
+			errs = append(errs, fmt.Errorf("%s %q: the ConfigMap in namespace %s has no %s key", m.field, m.configMap, r.Options.Namespace, m.key))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkImagePullSecret reports an imagePullSecret that the pods cannot mount: missing, or
