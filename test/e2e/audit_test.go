@@ -346,6 +346,42 @@ spec:
 		}
 		return nil
 	})
+
+	// 7. the legacy reports: wgpolicyk8s.io PolicyReport (a permissive CRD of that group here:
+	// the chart installs only OpenReports')
+	legacy := `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: policyreports.wgpolicyk8s.io}
+spec:
+  group: wgpolicyk8s.io
+  scope: Namespaced
+  names: {kind: PolicyReport, plural: policyreports, singular: policyreport, listKind: PolicyReportList}
+  versions:
+    - name: v1beta1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`
+	apply(t, ctx, legacy)
+	t.Cleanup(func() {
+		_, _, _ = env.cluster.Kubectl(context.Background(), "delete", "crd", "policyreports.wgpolicyk8s.io", "--ignore-not-found")
+	})
+	if _, _, err := env.cluster.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/policyreports.wgpolicyk8s.io"); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.CommandContext(ctx, env.bin, append(auditArgs(t, ctx), "--report-kind", "policyreport", "-n", "audit-b")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tollgate audit --report-kind policyreport: %v\n%s", err, out)
+	}
+	polr := schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1beta1", Resource: "policyreports"}
+	pr, err := op.dyn.Resource(polr).Namespace("audit-b").Get(ctx, string(uid["audit-b/bad"]), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the PolicyReport of audit-b/bad: %v", err)
+	}
+	results, _, _ := unstructured.NestedSlice(pr.Object, "results")
+	if pr.GetKind() != "PolicyReport" || len(results) != 1 || results[0].(map[string]any)["policy"] != labels || results[0].(map[string]any)["result"] != "fail" {
+		t.Errorf("PolicyReport of audit-b/bad: kind %s, results %v", pr.GetKind(), results)
+	}
 }
 
 // runAudit runs tollgate audit from the test and returns its output. The node's network has no
