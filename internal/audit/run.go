@@ -140,6 +140,12 @@ func (a *auditor) full(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	s.End = a.o.Now().UTC()
+	if !o.NoStatus && o.Policies == nil {
+		for _, err := range writeAuditStatus(ctx, a.c, a.policies, s) {
+			a.fail(err)
+		}
+	}
 	sort.Strings(s.Failures)
 	if len(s.Failures) > 0 {
 		return fmt.Errorf("the audit failed %d time(s): %s", len(s.Failures), strings.Join(s.Failures, "; "))
@@ -334,14 +340,25 @@ func (a *auditor) evaluate(ctx context.Context, t target, it item, matched []*Po
 	})
 	a.count(func(s *Summary) {
 		s.Evaluated++
+		if s.ByPolicy == nil {
+			s.ByPolicy = map[string]*Counts{}
+		}
 		for _, r := range out {
+			pc := s.ByPolicy[r.Policy]
+			if pc == nil {
+				pc = &Counts{}
+				s.ByPolicy[r.Policy] = pc
+			}
 			switch r.Outcome {
 			case Pass:
 				s.Pass++
+				pc.Pass++
 			case Fail:
 				s.Fail++
+				pc.Fail++
 			default:
 				s.Error++
+				pc.Error++
 			}
 		}
 	})

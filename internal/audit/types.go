@@ -105,13 +105,23 @@ type Summary struct {
 	Namespaces int `json:"namespaces"`
 	Listed     int `json:"listed"`
 	Evaluated  int `json:"evaluated"`
-	// Counts per outcome.
+	// Counts per outcome, and per policy (Policy.ID) and outcome.
 	Pass, Fail, Error int
+	ByPolicy          map[string]*Counts `json:"byPolicy,omitempty"`
+	// End is when the pass ended.
+	End time.Time `json:"end"`
 	// Reports created, updated, deleted and left alone (unchanged).
 	Created, Updated, Deleted, Unchanged int
 	// Failures are the run's own failures (a list or a report write that failed): Run returns an
 	// error when there is any.
 	Failures []string `json:"failures,omitempty"`
+}
+
+// Counts are one policy's results in a pass.
+type Counts struct {
+	Pass  int `json:"pass"`
+	Fail  int `json:"fail"`
+	Error int `json:"error"`
 }
 
 // Options configure Run.
@@ -146,6 +156,8 @@ type Options struct {
 	// OnResult, if set, sees every result as it comes (from several goroutines at once).
 	OnResult func(Result)
 	Logger   *slog.Logger
+	// NoStatus writes no status.audit summary on the policies (always so with Policies).
+	NoStatus bool
 	// Now is the clock (tests).
 	Now func() time.Time
 }

@@ -235,4 +235,20 @@ type PolicyStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Audit is the last full audit pass's summary for this policy, written by `tollgate audit`
+	// (a merge patch of this field only; the controller keeps it).
+	// +optional
+	Audit *PolicyAuditStatus `json:"audit,omitempty"`
+}
+
+// PolicyAuditStatus is one audit pass's outcome for a policy.
+type PolicyAuditStatus struct {
+	// LastAuditTime is when the pass that wrote this ended.
+	LastAuditTime metav1.Time `json:"lastAuditTime"`
+	// Violations is the number of objects the policy rejected (fail results).
+	Violations int32 `json:"violations"`
+	// Errors is the number of objects the policy could not evaluate (error results).
+	Errors int32 `json:"errors"`
+	// Passed is the number of objects the policy accepted (pass results).
+	Passed int32 `json:"passed"`
 }
