@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -17,6 +19,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
@@ -38,6 +43,7 @@ type auditFlags struct {
 	policyFile  string
 	output      string
 	watch       bool
+	metricsAddr string
 	logLevel    string
 	logFmt      string
 	rt          runtimeFlags
@@ -112,6 +118,8 @@ itself failed (bad flags, the cluster unreachable, a list or a report write refu
 	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context")
 	fs.StringVar(&f.policyFile, "policy", "", "audit with this policy manifest (ClusterAdmissionPolicy or AdmissionPolicy YAML), its module run here; prints the results, writes no report")
 	fs.BoolVar(&f.watch, "watch", false, "incremental mode: after the full pass, keep watching the audited kinds and the policies; changed objects are audited at once, a policy change starts a new full pass (until SIGINT or SIGTERM)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "with --watch: serve Prometheus metrics (tollgate_audit_results{policy,result}, pass durations) on GET /metrics at this address, e.g. :9090 (default: none)")
+	fs.BoolVar(&f.o.NoStatus, "disable-status", false, "do not write status.audit (violations, errors, last audit time) on the audited policies")
 	fs.StringVarP(&f.output, "output", "o", "", "print every result: table, json or yaml (default with --policy: table; else only the summary)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFmt, "log-fmt", "text", "text or json")
@@ -158,6 +166,9 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 	if f.o.ClusterOnly && f.o.OnlyNamespace != "" {
 		return errors.New("--cluster and --namespace exclude each other: cluster-scoped objects have no namespace")
 	}
+	if f.metricsAddr != "" && !f.watch {
+		return errors.New("--metrics-addr needs --watch: a one-shot run ends before it could be scraped (its summary is printed)")
+	}
 	log, err := f.logger(cmd.ErrOrStderr())
 	if err != nil {
 		return err
@@ -197,7 +208,21 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 		}
 		ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
+		var m *audit.Metrics
+		if f.metricsAddr != "" {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			m = audit.NewMetrics(reg)
+			stopMetrics, err := serveAuditMetrics(f.metricsAddr, reg, log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
+		}
 		return audit.Watch(ctx, cfg, f.o, func(s *audit.Summary, err error) {
+			if m != nil {
+				m.Observe(s, err)
+			}
 			fmt.Fprintln(cmd.ErrOrStderr(), summaryLine(s, true))
 			if err != nil {
 				log.Error("audit pass failed", "error", err)
@@ -238,6 +263,25 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 		return runErr
 	}
 	return nil
+}
+
+// serveAuditMetrics serves reg on GET /metrics at addr (plain HTTP, as the policy server's
+// readiness port) until the returned func is called.
+func serveAuditMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 func summaryLine(s *audit.Summary, reports bool) string {

@@ -34,6 +34,8 @@ current-context: c
 		{[]string{"--extra-ca", "/nonexistent/ca.pem", "--kubeconfig", kubeconfig}, "--extra-ca: open /nonexistent/ca.pem"},
 		{[]string{"--client-cert", "c.pem"}, "client-cert client-key"},
 		{[]string{"--watch", "--disable-store", "--kubeconfig", kubeconfig}, "--watch keeps reports fresh"},
+		{[]string{"--metrics-addr", ":0"}, "--metrics-addr needs --watch"},
+		{[]string{"--watch", "--metrics-addr", "127.0.0.1:99999", "--kubeconfig", kubeconfig}, "--metrics-addr: listen tcp: address 99999: invalid port"},
 		{[]string{"--policy", "/nonexistent/p.yaml", "--kubeconfig", kubeconfig}, "/nonexistent/p.yaml"},
 		{[]string{"--policy", policy("AdmissionPolicy", "{name: ap}", rules), "--kubeconfig", kubeconfig}, "an AdmissionPolicy needs metadata.namespace"},
 		{[]string{"--policy", policy("ClusterAdmissionPolicyGroup", "{name: g}", rules), "--kubeconfig", kubeconfig}, "a policy group cannot be run as one module"},

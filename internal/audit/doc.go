@@ -10,6 +10,7 @@
 // What it must not know: how a policy is evaluated (no Wasm, no host/policy: an Evaluator
 // answers; cmd/tollgate plugs in a local module for authors), how the operator reconciles (it
 // reads the policy resources, their status and the objects the operator names, through the
-// names of internal/operator/names.go, and writes nothing but reports), and how reports are
-// shown (cmd/tollgate prints its Results).
+// names of internal/operator/names.go, and writes nothing but reports and the status.audit
+// field of the policies it audited, by a merge patch of that field alone), and how reports and
+// metrics are shown (cmd/tollgate prints its Results and serves Metrics).
 package audit

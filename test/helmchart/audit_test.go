@@ -18,6 +18,7 @@ import (
 // wantAuditRules are the audit ClusterRole's rules, exactly (reads through `view` besides).
 var wantAuditRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{"policies.tollgate.dev"}, Resources: []string{"clusteradmissionpolicies", "admissionpolicies", "clusteradmissionpolicygroups", "admissionpolicygroups"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"policies.tollgate.dev"}, Resources: []string{"clusteradmissionpolicies/status", "admissionpolicies/status", "clusteradmissionpolicygroups/status", "admissionpolicygroups/status"}, Verbs: []string{"patch"}},
 	{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, Verbs: []string{"get"}},
 	{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}},
 	{APIGroups: []string{"openreports.io"}, Resources: []string{"reports", "clusterreports"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
