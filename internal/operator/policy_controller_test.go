@@ -1039,3 +1039,34 @@ func TestReadsSecretsWarning(t *testing.T) {
 		t.Errorf("declaresSecrets(AdmissionPolicy) = %q", got)
 	}
 }
+
+// TestPolicyStatusKeepsAudit: status.audit, written by `tollgate audit` with a merge patch of
+// that field alone, survives the controller's status writes (a stage change), and the patch
+// leaves the controller's fields alone.
+func TestPolicyStatusKeepsAudit(t *testing.T) {
+	p := cap1("audited")
+	e := newEnv(t, p)
+	e.reconcile(p)
+	wantStage(t, p, v1.PolicyStatusUnscheduled, ReasonPolicyServerNotFound)
+	patch := []byte(`{"status":{"audit":{"lastAuditTime":"2026-11-27T08:30:00Z","violations":2,"errors":1,"passed":3}}}`)
+	if err := e.c.Status().Patch(e.ctx, p, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	wantStage(t, p, v1.PolicyStatusUnscheduled, ReasonPolicyServerNotFound)
+	if err := e.c.Create(e.ctx, policyServer("default")); err != nil {
+		t.Fatal(err)
+	}
+	before := e.writes.Load()
+	e.reconcile(p)
+	wantStage(t, p, v1.PolicyStatusScheduled, ReasonConfigurationPending)
+	if e.writes.Load() == before {
+		t.Fatal("the stage change wrote no status")
+	}
+	a := p.Status.Audit
+	if a == nil || a.Violations != 2 || a.Errors != 1 || a.Passed != 3 || !a.LastAuditTime.Equal(&metav1.Time{Time: time.Date(2026, 11, 27, 8, 30, 0, 0, time.UTC)}) {
+		t.Fatalf("status.audit after the controller's write: %+v", a)
+	}
+}
