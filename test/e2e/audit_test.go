@@ -186,6 +186,34 @@ spec:
 		t.Errorf("report of audit-a/bad: summary fail %d skip %d (want 1, >= 2 skipped policies), scope %q, owners %+v, labels %v", fail, skip, scopeName, owners, rep.GetLabels())
 	}
 
+	// the Job (with the chart's RBAC) wrote each audited policy's status.audit: the counts of its
+	// results in the reports (the namespaces may hold ConfigMaps the test did not create)
+	for _, tc := range []struct {
+		kind, ns, name, id string
+	}{
+		{"ClusterAdmissionPolicy", "", "audit-labels", labels},
+		{"ClusterAdmissionPolicy", "", "audit-ns", ns},
+		{"AdmissionPolicy", "audit-b", "audit-team", team},
+	} {
+		c := countResults(t, ctx, op, tc.id)
+		if c["fail"] == 0 || c["pass"] == 0 {
+			t.Errorf("%s: results in the reports %v: want some fail and some pass", tc.id, c)
+		}
+		ri := op.dyn.Resource(policyGVR[tc.kind]).Namespace(tc.ns)
+		u, err := ri.Get(ctx, tc.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _, _ := unstructured.NestedMap(u.Object, "status", "audit")
+		ps, _, _ := unstructured.NestedString(u.Object, "status", "policyStatus")
+		at, _ := a["lastAuditTime"].(string)
+		when, perr := time.Parse(time.RFC3339, at)
+		if a["violations"] != c["fail"] || a["errors"] != c["error"] || a["passed"] != c["pass"] || perr != nil || when.Before(begin.Add(-time.Second)) || ps != "active" {
+			t.Errorf("%s %s status.audit %v (policyStatus %q), want violations %d errors %d passed %d (the reports'), lastAuditTime after %s, policyStatus active",
+				tc.kind, tc.name, a, ps, c["fail"], c["error"], c["pass"], begin.UTC().Format(time.RFC3339))
+		}
+	}
+
 	// 2. nothing changed: a second run writes nothing
 	out := runAudit(t, ctx)
 	if !strings.Contains(out, " 0 created, 0 updated, 0 deleted") {
@@ -443,6 +471,28 @@ func readReports(t *testing.T, ctx context.Context, op *operator, uid map[string
 			m[s("policy")] = auditResult{Policy: s("policy"), Result: s("result"), Message: s("message"), Severity: s("severity"), Category: s("category"), Seconds: sec}
 		}
 		out[key] = m
+	}
+	return out
+}
+
+// countResults counts a policy's results in every Report and ClusterReport, by result.
+func countResults(t *testing.T, ctx context.Context, op *operator, policy string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, gvr := range []schema.GroupVersionResource{reportGVR, clusterReportGVR} {
+		l, err := op.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("listing %s: %v", gvr.Resource, err)
+		}
+		for _, rep := range l.Items {
+			results, _, _ := unstructured.NestedSlice(rep.Object, "results")
+			for _, r := range results {
+				if r, _ := r.(map[string]any); r["policy"] == policy {
+					res, _ := r["result"].(string)
+					out[res]++
+				}
+			}
+		}
 	}
 	return out
 }
