@@ -213,7 +213,7 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			m = audit.NewMetrics(reg)
-			stopMetrics, err := serveAuditMetrics(f.metricsAddr, reg, log)
+			_, stopMetrics, err := serveAuditMetrics(f.metricsAddr, reg, log)
 			if err != nil {
 				return err
 			}
@@ -266,11 +266,11 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 }
 
 // serveAuditMetrics serves reg on GET /metrics at addr (plain HTTP, as the policy server's
-// readiness port) until the returned func is called.
-func serveAuditMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (func(), error) {
+// readiness port) until the returned func is called; it returns the address it listens on.
+func serveAuditMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: %w", err)
+		return "", nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -281,7 +281,7 @@ func serveAuditMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) 
 		}
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String())
-	return func() { _ = srv.Close() }, nil
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
 func summaryLine(s *audit.Summary, reports bool) string {

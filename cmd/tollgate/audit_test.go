@@ -1,8 +1,16 @@
 package main
 
 import (
+	"io"
+	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-dev/tollgate/internal/audit"
 )
 
 // TestAuditBadInput: every bad flag or manifest of tollgate audit is an error that names the
@@ -45,5 +53,32 @@ current-context: c
 		if err == nil || !strings.Contains(err.Error()+out, tc.want) {
 			t.Errorf("tollgate audit %s: %v\n%s\nwant an error with %q", strings.Join(tc.args, " "), err, out, tc.want)
 		}
+	}
+}
+
+// TestAuditMetricsServed: --metrics-addr's server answers GET /metrics with the audit's metrics
+// after a pass is observed, and stops when told.
+func TestAuditMetricsServed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := audit.NewMetrics(reg)
+	addr, stop, err := serveAuditMetrics("127.0.0.1:0", reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Observe(&audit.Summary{Audited: []string{"clusterwide-p"}, ByPolicy: map[string]*audit.Counts{"clusterwide-p": {Pass: 3, Fail: 2}}, Duration: time.Second, End: time.Now()}, nil)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`tollgate_audit_results{policy="clusterwide-p",result="fail"} 2`, `tollgate_audit_results{policy="clusterwide-p",result="pass"} 3`, "tollgate_audit_pass_duration_seconds_count 1"} {
+		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("GET /metrics: %d, no %q in\n%s", resp.StatusCode, want, body)
+		}
+	}
+	stop()
+	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		t.Error("the metrics server still answers after stop")
 	}
 }
