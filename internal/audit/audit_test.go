@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -268,3 +269,59 @@ func mustPool(t *testing.T, pem []byte) *x509CertPool {
 }
 
 var _ = tls.VersionTLS12
+
+// TestServerEvaluatorRetriesDial: a policy server whose address does not take connections yet
+// (a Service kube-proxy has not programmed, a pod just becoming ready) gets its request when it
+// starts within the retries: the result is its answer, not an error.
+func TestServerEvaluatorRetriesDial(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Write([]byte(`{"response":{"uid":"x","allowed":true}}`))
+	}))
+	defer srv.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens at addr: connections are refused until the forwarder below starts
+	caPEM := certPEM(srv.Certificate().Raw)
+	e := &serverEvaluator{namespace: "ns", o: ServerOptions{Timeout: 2 * time.Second, MaxConns: 4, ExtraCAs: [][]byte{caPEM}}, servers: map[string]*serverState{}}
+	e.pool = mustPool(t, caPEM)
+	e.servers["default"] = &serverState{base: "https://" + addr, http: e.newHTTPClient("example.com")}
+	started := make(chan net.Listener, 1)
+	go func() { // 400 ms late, addr starts forwarding to the server
+		time.Sleep(400 * time.Millisecond)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			close(started)
+			return
+		}
+		started <- ln
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b, err := net.Dial("tcp", srv.Listener.Addr().String())
+				if err != nil {
+					return
+				}
+				defer b.Close()
+				go io.Copy(b, c)
+				io.Copy(c, b)
+			}()
+		}
+	}()
+	v := e.Evaluate(context.Background(), cap("pass", nil, nil), []byte(`{}`))
+	if ln, ok := <-started; ok {
+		ln.Close()
+	}
+	if v.Outcome != Pass || calls.Load() != 1 {
+		t.Fatalf("a server that starts 400 ms late: %+v after %d calls, want pass after 1", v, calls.Load())
+	}
+}

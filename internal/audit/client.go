@@ -192,6 +192,17 @@ func (e *serverEvaluator) Evaluate(ctx context.Context, p *Policy, review []byte
 		return Verdict{Error, fmt.Sprintf("policy server %s is unreachable (%d requests in a row failed): %v", p.Server, downAfter, down)}
 	}
 	v, transportErr := e.post(ctx, p, s, review)
+	// A connection that could not be made sent nothing: try again, a few times within about two
+	// seconds. A Service's rules or endpoints lag behind a pod that just became ready or a
+	// rollout (kube-proxy has not programmed them yet: "network is unreachable", "connection
+	// refused"), and an hourly audit should not report errors for that.
+	for i, wait := 0, dialRetryWait; transportErr != nil && isDialError(transportErr) && i < dialRetries && ctx.Err() == nil; i, wait = i+1, 2*wait {
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+			v, transportErr = e.post(ctx, p, s, review)
+		}
+	}
 	s.mu.Lock()
 	if transportErr != nil && ctx.Err() == nil {
 		s.failures++
@@ -263,4 +274,17 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// dialRetries and dialRetryWait bound the retries of a connection that could not be made:
+// waits of 250, 500 and 1000 ms.
+const (
+	dialRetries   = 3
+	dialRetryWait = 250 * time.Millisecond
+)
+
+// isDialError reports whether err failed to open a connection (nothing was sent).
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

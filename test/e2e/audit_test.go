@@ -510,7 +510,7 @@ func checkResults(t *testing.T, got map[string]map[string]auditResult, want map[
 			g[p] = r.Result
 		}
 		if fmt.Sprint(g) != fmt.Sprint(want[k]) {
-			t.Errorf("%s: results %v, want %v", k, g, want[k])
+			t.Errorf("%s: results %v, want %v; reports: %+v", k, g, want[k], got[k])
 		}
 	}
 }
