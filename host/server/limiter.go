@@ -133,6 +133,19 @@ func (l *limiter) forget(p *policyLane) {
 	}
 }
 
+// prune drops the idle lanes of policies that serving no longer has. A lane
+// outlives its requests (release keeps it, so the request path does not
+// allocate one per request); swap prunes after a reload.
+func (l *limiter) prune(serving func(id string) bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, p := range l.pols {
+		if !serving(id) {
+			l.forget(p)
+		}
+	}
+}
+
 // acquire takes a worker for policy id, waiting at most wait (and while ctx
 // lives) when none is free. The error wraps errOverloaded (a *rejection), or
 // is ctx's.
@@ -223,7 +236,6 @@ func (l *limiter) release(id string) {
 		l.turns = append(l.turns, p)
 	}
 	l.dispatch()
-	l.forget(p)
 	l.mu.Unlock()
 	l.onRun(id, -1)
 }

@@ -181,3 +181,32 @@ func TestMaxConnections(t *testing.T) {
 		t.Errorf("metrics:\n%s", grepLines(metrics, "tollgate_server_limit"))
 	}
 }
+
+// TestLimiterLaneKept: a request that finds a worker free allocates nothing in the limiter (its
+// policy's lane outlives the request), and prune drops the idle lanes of policies no longer
+// served, keeping those still served.
+func TestLimiterLaneKept(t *testing.T) {
+	l := newLimiter(4, 8, 0, 0, limiterHooks{})
+	ctx := context.Background()
+	for _, id := range []string{"kept", "removed"} {
+		if err := l.acquire(ctx, id, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		l.release(id)
+	}
+	if allocs := testing.AllocsPerRun(100, func() {
+		if err := l.acquire(ctx, "kept", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		l.release("kept")
+	}); allocs != 0 {
+		t.Errorf("acquire and release with a worker free: %v allocations, want 0", allocs)
+	}
+	l.prune(func(id string) bool { return id == "kept" })
+	if _, ok := l.pols["removed"]; ok {
+		t.Error("the lane of a policy no longer served was kept")
+	}
+	if _, ok := l.pols["kept"]; !ok {
+		t.Error("the lane of a served policy was dropped")
+	}
+}

@@ -259,6 +259,7 @@ func (s *Server) setStatus(r status.Reload) {
 // set's unshared policies once its in-flight requests finished.
 func (s *Server) swap(set *policySet, trigger string) {
 	old := s.cur.Swap(set)
+	s.lim.prune(func(id string) bool { _, ok := set.entries[id]; return ok })
 	s.m.generation.Set(float64(set.gen))
 	s.m.lastReload.SetToCurrentTime()
 	s.m.policyLoaded.Reset()
