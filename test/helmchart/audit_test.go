@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -151,5 +152,60 @@ func TestReportCRDs(t *testing.T) {
 		if !strings.Contains(string(b), "group: openreports.io") || !strings.Contains(string(b), "name: v1alpha1") {
 			t.Errorf("%s is not an openreports.io v1alpha1 CRD", f)
 		}
+	}
+}
+
+// TestAuditWatchMode: audit.mode=watch renders `tollgate audit --watch` as a Deployment of one
+// replica (Recreate: two auditors never write reports at once) with its metrics port, Service and,
+// on request, ServiceMonitor, and no CronJob; the pod is the CronJob's otherwise.
+func TestAuditWatchMode(t *testing.T) {
+	out, err := render(t, "--values", allValues, "--set", "audit.mode=watch", "--set", "audit.metricsPort=9191",
+		"--set", "metrics.serviceMonitor.enabled=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := byKey(t, decode(t, out))
+	if _, ok := m["CronJob/tg-audit"]; ok {
+		t.Error("audit.mode=watch still renders the CronJob")
+	}
+	var d appsv1.Deployment
+	get(t, m, "Deployment/tg-audit", &d)
+	if d.Namespace != namespace || d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("Deployment: replicas %v, strategy %q, namespace %q; want 1, Recreate, %s", d.Spec.Replicas, d.Spec.Strategy.Type, d.Namespace, namespace)
+	}
+	pod := d.Spec.Template.Spec
+	if pod.ServiceAccountName != "tg-audit" || pod.RestartPolicy != "" || len(pod.Containers) != 1 {
+		t.Fatalf("pod spec %s", m["Deployment/tg-audit"].json)
+	}
+	c := pod.Containers[0]
+	want := []string{"audit", "--tollgate-namespace=$(POD_NAMESPACE)", "--report-kind=policyreport",
+		"--page-size=250", "--parallel-namespaces=2", "--parallel-resources=50", "--parallel-policies=3", "--ignore-namespaces=scratch,sandbox",
+		"--watch", "--metrics-addr=:9191", "--log-fmt=json", "--service-ip", "--request-timeout=5s"}
+	if !slices.Equal(c.Args, want) {
+		t.Errorf("args\n%q\nwant\n%q", c.Args, want)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].Name != "metrics" || c.Ports[0].ContainerPort != 9191 {
+		t.Errorf("ports %+v", c.Ports)
+	}
+	if sel := d.Spec.Selector.MatchLabels; sel["app.kubernetes.io/component"] != "audit" || !reflect.DeepEqual(sel, d.Spec.Template.Labels) {
+		t.Errorf("selector %v, pod labels %v", sel, d.Spec.Template.Labels)
+	}
+	var svc corev1.Service
+	get(t, m, "Service/tg-audit-metrics", &svc)
+	if !reflect.DeepEqual(svc.Spec.Selector, d.Spec.Selector.MatchLabels) || len(svc.Spec.Ports) != 1 ||
+		svc.Spec.Ports[0].Port != 9191 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" {
+		t.Errorf("Service %s", m["Service/tg-audit-metrics"].json)
+	}
+	sm, ok := m["ServiceMonitor/tg-audit"]
+	if !ok || !strings.Contains(string(sm.json), `"app.kubernetes.io/component":"audit"`) || !strings.Contains(string(sm.json), `"port":"metrics"`) {
+		t.Errorf("ServiceMonitor/tg-audit: %v %s", ok, sm.json)
+	}
+	// the controller's ServiceMonitor must not select the audit's Service, nor the other way round
+	if ctl := m["ServiceMonitor/tg-controller"]; !strings.Contains(string(ctl.json), `"app.kubernetes.io/component":"controller"`) {
+		t.Errorf("controller ServiceMonitor %s", ctl.json)
+	}
+
+	if _, err := render(t, "--set", "audit.mode=hourly"); err == nil || !strings.Contains(err.Error(), "audit/mode") {
+		t.Errorf("audit.mode=hourly: %v, want a schema error naming audit/mode", err)
 	}
 }
