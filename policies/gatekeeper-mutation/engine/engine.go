@@ -8,6 +8,7 @@ import (
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/jsonv"
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/match"
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/mutators"
+	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/path/parser"
 	"github.com/tollgate-dev/tollgate/policies/gatekeeper-mutation/engine/schema"
 )
 
@@ -81,6 +82,11 @@ type System struct {
 	namespaces map[string]*match.Namespace
 	// fromCluster: namespaces come from Request.Cluster, not the settings.
 	fromCluster bool
+	// disjoint: no two enabled mutators can write at the same place or
+	// one inside the other (disjointLocations), so the writes of one
+	// iteration never undo each other and the mutators' change tracking
+	// says exactly whether an iteration changed the object.
+	disjoint bool
 }
 
 // FromCluster reports whether the settings take namespaces from the cluster.
@@ -170,7 +176,49 @@ func Compile(settings []byte) (*System, error) {
 		return s.muts[i].Name < s.muts[j].Name
 	})
 	s.conflicts = schema.Conflicting(s.muts)
+	s.disjoint = s.disjointLocations()
 	return s, nil
+}
+
+// disjointLocations reports whether no two enabled mutators' locations
+// may reach the same value or one a value inside the other's: then, in one
+// iteration, a write that changed the object is never undone by another
+// (a mutator's own writes are at different keys or elements, and any
+// other writes on its way put back what they found). Two locations are
+// disjoint when, at some depth before either ends, they name different
+// keys of an object, or one names a key and the other a list element, or
+// both select a list's elements by the same key field with different
+// values; a glob, or different key fields, may select the same element.
+func (s *System) disjointLocations() bool {
+	for i, a := range s.muts {
+		if s.conflicts[i] {
+			continue
+		}
+		for j := i + 1; j < len(s.muts); j++ {
+			if !s.conflicts[j] && !disjointPaths(a.Path, s.muts[j].Path) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func disjointPaths(a, b parser.Path) bool {
+	for d := 0; d < len(a.Nodes) && d < len(b.Nodes); d++ {
+		x, y := a.Nodes[d], b.Nodes[d]
+		switch {
+		case x.Type != y.Type:
+			return true
+		case x.Type == parser.ObjectNode:
+			if x.Reference != y.Reference {
+				return true
+			}
+		case !x.Glob && !y.Glob && x.KeyField == y.KeyField &&
+			(x.IntKey != y.IntKey || x.KeyInt != y.KeyInt || x.KeyString != y.KeyString):
+			return true
+		}
+	}
+	return false
 }
 
 func itoa(i int) string {
@@ -361,15 +409,28 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	}
 	setNamespace(obj, reqNS)
 
-	mutated, first, last, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4, req.Scratch)
-	if err != nil || !mutated {
+	// With disjoint locations the mutators' change tracking decides the
+	// loop without encoding the object (see loop).
+	res, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4, req.Scratch, nsKept && s.disjoint)
+	if err != nil || !res.mutated {
 		return nil, false, err
 	}
-	if nsKept {
-		if jsonv.SameTyped(first, last) {
+	switch {
+	case res.known:
+		if !res.differs {
 			return nil, false, nil
 		}
-	} else {
+	case nsKept && res.first != nil:
+		if jsonv.SameTyped(res.first, res.last) {
+			return nil, false, nil
+		}
+	case nsKept:
+		// Disjoint locations, but iterations after the first changed the
+		// object too (rare): compare with the original, read again.
+		if orig, err := jsonv.Parse(req.Object, jsonv.IntsPreserved); err == nil && jsonv.SameJSON(orig, obj) {
+			return nil, false, nil
+		}
+	default:
 		setNamespace(obj, oldNS)
 		if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
 			return nil, false, nil
@@ -396,18 +457,39 @@ func namespaceKept(obj *jsonv.Value, ns string) bool {
 	return ok && v.K == jsonv.String && v.S == ns
 }
 
-// loop runs the iterations. When the object was mutated, first and last
-// are AppendTyped encodings of the object before the first iteration and
-// at the end.
-func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint int, sc *Scratch) (mutated bool, first, last []byte, err error) {
+// loopResult is what the convergence loop found.
+type loopResult struct {
+	// mutated: some iteration changed the object (Gatekeeper's answer
+	// before comparing the final object with the original).
+	mutated bool
+	// known (fast loops): differs says whether the final object differs
+	// from the original as a JSON value; only the first iteration changed
+	// the object, and its writes did not undo each other.
+	known, differs bool
+	// first and last (loops that are not fast): AppendTyped encodings of
+	// the object before the first iteration and at the end.
+	first, last []byte
+}
+
+// loop runs the iterations.
+//
+// A fast loop (disjoint locations, the request namespace already the
+// object's) trusts the mutators' change tracking both ways: an iteration
+// whose writes changed nothing left the object as it was, and one whose
+// writes changed something changed the object, since with disjoint
+// locations no write undoes another. It never encodes the object. The
+// other loops encode the object before and after each iteration that
+// changed something and compare, as Gatekeeper compares the objects.
+func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint int, sc *Scratch, fast bool) (loopResult, error) {
 	maxIterations := len(s.muts) + 1
 	var applied []string
-	var old, cur []byte // the object at the iteration's start and end (AppendTyped)
-	next := 1           // the Scratch buffer cur takes when it needs a new one
+	var first, old, cur []byte // the object at the iteration's start and end (AppendTyped)
+	next := 1                  // the Scratch buffer cur takes when it needs a new one
+	semantic := false          // fast: a write of the first iteration changed the JSON value
 	mo := matchObject(obj)
 	for iteration := 1; iteration <= maxIterations; iteration++ {
 		applied = applied[:0]
-		changed := false // a mutation of this iteration changed the object
+		changed, sem := false, false // a mutation of this iteration changed the object
 		for i, m := range s.muts {
 			if s.conflicts[i] {
 				continue
@@ -420,13 +502,13 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 				var err error
 				matches, err = match.Matches(&m.Match, &match.Target{Object: mo, Namespace: ns, Source: "Original"})
 				if err != nil {
-					return false, nil, nil, errors.New("matching for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+					return loopResult{}, errors.New("matching for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 				}
 			}
 			if !matches {
 				continue
 			}
-			if len(old) == 0 {
+			if !fast && len(old) == 0 {
 				// Nothing changed since the iteration started (an encoding is
 				// never empty).
 				old = jsonv.AppendTyped(sc.buf(0, sizeHint), obj)
@@ -434,12 +516,13 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 			mu := mutators.Mutable{Object: obj, Namespace: mo.Namespace, Name: mo.Name}
 			did, err := m.Mutate(&mu)
 			changed = changed || mu.Changed
+			sem = sem || mu.Semantic
 			if did {
 				applied = append(applied, m.ID())
 				mo = matchObject(obj)
 			}
 			if err != nil {
-				return false, nil, nil, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
+				return loopResult{}, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
 			}
 		}
 		if len(applied) == 0 || !changed {
@@ -447,7 +530,16 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 			// (every write of the mutations that applied put back a value
 			// Equal to the one it replaced), which its encoding would say
 			// too.
-			return iteration != 1, first, old, nil
+			if fast {
+				return loopResult{mutated: iteration != 1, known: iteration == 2, differs: semantic}, nil
+			}
+			return loopResult{mutated: iteration != 1, first: first, last: old}, nil
+		}
+		if fast {
+			if iteration == 1 {
+				semantic = sem
+			}
+			continue
 		}
 		if cur == nil {
 			cur = sc.buf(next, len(old)+len(old)/4)
@@ -455,7 +547,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 		}
 		cur = jsonv.AppendTyped(cur[:0], obj)
 		if string(cur) == string(old) {
-			return iteration != 1, first, cur, nil
+			return loopResult{mutated: iteration != 1, first: first, last: cur}, nil
 		}
 		if iteration == 1 {
 			// Keep the object's first state; the next iteration starts
@@ -466,7 +558,7 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 		// The next iteration starts from this state: reuse its encoding.
 		old, cur = cur, old
 	}
-	return false, nil, nil, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
+	return loopResult{}, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
 		" (after " + itoa(maxIterations) + " iterations; mutators applied in the last one: " + strings.Join(applied, ", ") + ")"}
 }
 

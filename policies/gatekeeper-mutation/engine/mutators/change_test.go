@@ -10,7 +10,8 @@ import (
 
 // TestMutateReportsChange: Mutate's changed is false exactly when the
 // object is Equal to what it was (the convergence loop then skips an
-// encoding), for each kind of write: a setter's value, a created key, a
+// encoding), and semantic is true exactly when it changed as a JSON value,
+// for each kind of write: a setter's value, a created key, a
 // keyed-list element, a set's merge and prune, an image.
 func TestMutateReportsChange(t *testing.T) {
 	const obj = `{"metadata":{"labels":{"app":"web"}},"spec":{"list":["a","b"],"n":1,` +
@@ -59,14 +60,17 @@ func TestMutateReportsChange(t *testing.T) {
 				t.Fatal(err)
 			}
 			o := parse(obj, jsonv.IntsPreserved)
-			before := string(jsonv.AppendTyped(nil, o))
-			mutated, changed, err := Mutate(p, tt, c.setter, o)
+			before, beforeJSON := string(jsonv.AppendTyped(nil, o)), string(jsonv.AppendSemantic(nil, o))
+			mutated, changed, semantic, err := Mutate(p, tt, c.setter, o)
 			if err != nil || !mutated {
 				t.Fatalf("Mutate: mutated %v, %v", mutated, err)
 			}
-			after := string(jsonv.AppendTyped(nil, o))
+			after, afterJSON := string(jsonv.AppendTyped(nil, o)), string(jsonv.AppendSemantic(nil, o))
 			if changed != c.changed || changed != (before != after) {
 				t.Fatalf("changed = %v, want %v (the object went from %s to %s)", changed, c.changed, before, after)
+			}
+			if semantic != (beforeJSON != afterJSON) {
+				t.Fatalf("semantic = %v, but the object went from %s to %s as JSON values", semantic, beforeJSON, afterJSON)
 			}
 		})
 	}

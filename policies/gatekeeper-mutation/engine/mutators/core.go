@@ -63,6 +63,17 @@ type walk struct {
 	// the others put back the object or a shallow copy of the array they
 	// walked into.
 	changed bool
+	// semantic records a changing write whose value differs from the one
+	// it replaced as a JSON value too (jsonv.SameJSON: numbers as float64,
+	// a nil array as null), or that added a key or an element.
+	semantic bool
+}
+
+// change records a write that changed a value; same says whether the new
+// value is still the same JSON value as the old one.
+func (w *walk) change(same bool) {
+	w.changed = true
+	w.semantic = w.semantic || !same
 }
 
 // Mutate walks path in obj (an object) and sets the value with setter; it
@@ -70,13 +81,18 @@ type walk struct {
 // changed as a value (jsonv.Equal) on the way: changed is false only when
 // every write left the value it wrote over as it was. Shapes that do not
 // fit are errors.
-func Mutate(path parser.Path, t *tester.Tester, setter Setter, obj *jsonv.Value) (mutated, changed bool, err error) {
+//
+// semantic is set when a changing write also changed the value as JSON
+// (jsonv.SameJSON), or added a key or an element: the writes of one
+// Mutate never undo each other (each is at another key or element), so
+// when semantic is false the object is still the same JSON value.
+func Mutate(path parser.Path, t *tester.Tester, setter Setter, obj *jsonv.Value) (mutated, changed, semantic bool, err error) {
 	if len(path.Nodes) == 0 {
-		return false, false, errors.New("attempting to mutate an empty target location")
+		return false, false, false, errors.New("attempting to mutate an empty target location")
 	}
 	w := &walk{path: path, tester: t, setter: setter}
 	mutated, _, err = w.mutate(obj, 0)
-	return mutated, w.changed, err
+	return mutated, w.changed, w.semantic, err
 }
 
 func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, error) {
@@ -100,7 +116,7 @@ func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, erro
 				return false, nil, err
 			}
 			if now, ok := current.O.Get(entry.Reference); ok != exists || !jsonv.Equal(now, next) {
-				w.changed = true
+				w.change(ok == exists && jsonv.SameJSON(now, next))
 			}
 			return true, current, nil
 		}
@@ -115,7 +131,9 @@ func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, erro
 			return false, nil, err
 		}
 		if mutated {
-			w.changed = w.changed || !exists
+			if !exists {
+				w.change(false)
+			}
 			current.O.Set(entry.Reference, next)
 		}
 		return mutated, current, nil
@@ -172,7 +190,9 @@ func (w *walk) mutate(current *jsonv.Value, depth int) (bool, *jsonv.Value, erro
 		if err != nil {
 			return false, nil, err
 		}
-		w.changed = w.changed || m // the element is added when the array is put back
+		if m {
+			w.change(false) // the element is added when the array is put back
+		}
 		mutated = mutated || m
 	}
 	return mutated, &jsonv.Value{K: jsonv.Array, A: shallow}, nil
@@ -199,7 +219,9 @@ func (w *walk) setListElement(list []*jsonv.Value, entry parser.Node, depth int)
 			if !w.tester.ExistsOkay(depth) {
 				return false, nil, nil
 			}
-			w.changed = w.changed || !jsonv.Equal(list[i], newValue)
+			if !jsonv.Equal(list[i], newValue) {
+				w.change(jsonv.SameJSON(list[i], newValue))
+			}
 			list[i] = newValue
 			return true, &jsonv.Value{K: jsonv.Array, A: list}, nil
 		}
@@ -207,7 +229,7 @@ func (w *walk) setListElement(list []*jsonv.Value, entry parser.Node, depth int)
 	if !w.tester.MissingOkay(depth) {
 		return false, nil, nil
 	}
-	w.changed = true
+	w.change(false)
 	return true, &jsonv.Value{K: jsonv.Array, A: append(list, newValue)}, nil
 }
 

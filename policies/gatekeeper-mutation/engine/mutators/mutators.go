@@ -414,6 +414,9 @@ type Mutable struct {
 	// Changed is set by Mutate when the mutation changed Object as a value
 	// (see the package function Mutate); it is never cleared.
 	Changed bool
+	// Semantic is set when the mutation changed Object as a JSON value
+	// (jsonv.SameJSON; see the package function Mutate); never cleared.
+	Semantic bool
 }
 
 // Mutate applies the mutator to obj (which must be an object).
@@ -445,8 +448,9 @@ func (m *Mutator) Mutate(mu *Mutable) (bool, error) {
 	case KindAssignImage:
 		s = imageSetter{domain: m.AssignDomain, path: m.AssignPath, tag: m.AssignTag}
 	}
-	mutated, changed, err := Mutate(m.Path, m.Tester, s, mu.Object)
+	mutated, changed, semantic, err := Mutate(m.Path, m.Tester, s, mu.Object)
 	mu.Changed = mu.Changed || changed
+	mu.Semantic = mu.Semantic || semantic
 	return mutated, err
 }
 
