@@ -43,6 +43,7 @@ func newBenchCmd() *cobra.Command {
 		in       inputFlags
 		rt       runtimeFlags
 		caps     capabilityFlags
+		vf       verifyFlags
 		output   string
 		count    int
 		warmup   int
@@ -67,7 +68,7 @@ spec.contextAwareResources are used).`,
 			ctx := cmd.Context()
 			caps.repeat = true // a session of one evaluation starts over for the next
 			loadStart := time.Now()
-			p, err := prepare(ctx, cmd, args[0], &in, &rt, &caps, 1)
+			p, err := prepare(ctx, cmd, args[0], &in, &rt, &caps, &vf, 1)
 			if err != nil {
 				return err
 			}
@@ -122,6 +123,7 @@ spec.contextAwareResources are used).`,
 	in.register(cmd)
 	rt.register(cmd)
 	caps.register(cmd)
+	vf.register(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json or yaml (default: a table)")
 	cmd.Flags().IntVar(&count, "count", 1000, "number of measured evaluations")
 	cmd.Flags().IntVar(&warmup, "warmup", 100, "evaluations before measuring")

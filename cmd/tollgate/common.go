@@ -148,7 +148,7 @@ func (p *prepared) evaluate(ctx context.Context) (*policy.Result, error) {
 }
 
 // prepare loads the module and parses the input of run and bench.
-func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags, rt *runtimeFlags, caps *capabilityFlags, poolSize int) (*prepared, error) {
+func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags, rt *runtimeFlags, caps *capabilityFlags, vf *verifyFlags, poolSize int) (*prepared, error) {
 	settings, err := in.settings()
 	if err != nil {
 		return nil, err
@@ -165,8 +165,13 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 		uri = manifest.module
 	}
 	resolver := newResolver()
+	reg := registryOf(resolver)
+	if err := vf.guard(resolver, uri); err != nil {
+		return nil, err
+	}
 	m, err := resolver.Resolve(ctx, uri)
 	if err != nil {
+		err = verifyError(err)
 		if isManifest {
 			return nil, fmt.Errorf("policy manifest %s: spec.module: %w", manifest.file, err)
 		}
@@ -186,7 +191,7 @@ func prepare(ctx context.Context, cmd *cobra.Command, uri string, in *inputFlags
 			settings = manifest.settings // flags' settings win over spec.settings
 		}
 	}
-	hostCalls, cluster, capsDone, err := caps.hostCalls(uri, declared, registryOf(resolver), rt.logger())
+	hostCalls, cluster, capsDone, err := caps.hostCalls(uri, declared, reg, rt.logger())
 	if err != nil {
 		return nil, err
 	}

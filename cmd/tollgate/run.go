@@ -11,6 +11,7 @@ func newRunCmd() *cobra.Command {
 		in     inputFlags
 		rt     runtimeFlags
 		caps   capabilityFlags
+		vf     verifyFlags
 		output string
 	)
 	cmd := &cobra.Command{
@@ -43,7 +44,7 @@ Exit status: 0 when the policy was evaluated (accepted or not), 1 otherwise
 				return err
 			}
 			ctx := cmd.Context()
-			p, err := prepare(ctx, cmd, args[0], &in, &rt, &caps, 1)
+			p, err := prepare(ctx, cmd, args[0], &in, &rt, &caps, &vf, 1)
 			if err != nil {
 				return err
 			}
@@ -58,6 +59,7 @@ Exit status: 0 when the policy was evaluated (accepted or not), 1 otherwise
 	in.register(cmd)
 	rt.register(cmd)
 	caps.register(cmd)
+	vf.register(cmd.Flags())
 	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: json (indented) or yaml; default one line of JSON")
 	return cmd
 }

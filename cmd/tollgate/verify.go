@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/verify"
+	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 // verifyFlags are kwctl's verification flags.
@@ -75,6 +77,72 @@ func (f *verifyFlags) config() (*verify.Config, error) {
 	return nil, nil
 }
 
+// explicit reports whether a flag (not the default config file) asks for verification.
+func (f *verifyFlags) explicit() bool {
+	return f.configPath != "" || len(f.keys) > 0 || len(f.annotations) > 0 || f.certEmail != "" || f.certIssuer != "" || f.ghOwner != "" || f.ghRepo != ""
+}
+
+// verifier is the verifier the flags ask for, reading signatures through
+// reg; nil (and no error) when neither a flag nor the default config file
+// asks for verification (pull, run and bench then do not verify; verify
+// refuses).
+func (f *verifyFlags) verifier(reg verify.Registry) (*verify.Verifier, error) {
+	cfg, err := f.config()
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	tr, err := trustRoot(f.trustConfig, cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts := verify.Options{Registry: reg}
+	if tr != nil {
+		opts.TrustRoot = tr
+	}
+	return verify.New(cfg, opts)
+}
+
+// guard makes resolver fetch registry:// modules only once verified, when
+// the flags (or the default config file) ask for verification, as kwctl's
+// run and bench do. A module that is not in a registry carries no signature:
+// with a verification flag it is refused rather than run unverified;
+// builtin:// modules are part of the binary and load.
+func (f *verifyFlags) guard(resolver *module.Resolver, uri string) error {
+	switch {
+	case strings.HasPrefix(uri, "builtin://"):
+		return nil
+	case !strings.HasPrefix(uri, "registry://"):
+		if f.explicit() {
+			return fmt.Errorf("%s: only registry:// modules carry signatures to verify; drop the verification flags to run a module that is not in a registry", redact.URI(uri))
+		}
+		return nil
+	}
+	reg := registryOf(resolver)
+	if reg == nil {
+		return errors.New("verification: registry:// modules are not fetched by tollgate's registry client here")
+	}
+	c, err := reg.get()
+	if err != nil {
+		return err
+	}
+	v, err := f.verifier(c)
+	if err != nil || v == nil {
+		return err
+	}
+	resolver.Registry = &verify.Fetcher{Verifier: v, Inner: reg}
+	return nil
+}
+
+// verifyError is a verification failure as the CLI reports it: exit status
+// 1 with each unsatisfied requirement on its own line.
+func verifyError(err error) error {
+	var ve *verify.Error
+	if errors.As(err, &ve) {
+		return &exitError{code: 1, msg: formatVerifyError(ve)}
+	}
+	return err
+}
+
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
@@ -124,36 +192,20 @@ Exit status 0 prints the verified manifest digest (pin the module to it);
       --sigstore-trust-config trusted_root.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := vflags.config()
-			if err != nil {
-				return err
-			}
-			if cfg == nil {
-				return fmt.Errorf("nothing to verify against: give --verification-config-path, -k/--verification-key, --cert-email with --cert-oidc-issuer or --github-owner (or write %s; `tollgate scaffold verification-config` prints one)", defaultVerificationConfigPath())
-			}
-			tr, err := trustRoot(vflags.trustConfig, cfg)
-			if err != nil {
-				return err
-			}
 			c, err := oflags.client()
 			if err != nil {
 				return err
 			}
-			opts := verify.Options{Registry: c}
-			if tr != nil {
-				opts.TrustRoot = tr
-			}
-			v, err := verify.New(cfg, opts)
+			v, err := vflags.verifier(c)
 			if err != nil {
 				return err
+			}
+			if v == nil {
+				return fmt.Errorf("nothing to verify against: give --verification-config-path, -k/--verification-key, --cert-email with --cert-oidc-issuer or --github-owner (or write %s; `tollgate scaffold verification-config` prints one)", defaultVerificationConfigPath())
 			}
 			r, err := v.Verify(cmd.Context(), args[0])
 			if err != nil {
-				var ve *verify.Error
-				if errors.As(err, &ve) {
-					return &exitError{code: 1, msg: formatVerifyError(ve)}
-				}
-				return err
+				return verifyError(err)
 			}
 			for _, s := range r.Satisfied {
 				fmt.Fprintln(cmd.ErrOrStderr(), "satisfied:", s)
