@@ -13,6 +13,19 @@ var (
 	droppedCapabilityArrayJSON = []byte("[" + string(droppedCapabilityJSON) + "]")
 )
 
+// parser and answer are kept from one call to the next: the payload's index
+// (four bytes per payload byte) and the mutated answer (the payload's size)
+// are allocated once, not on every call. Those two were four fifths of a
+// call's garbage, and TinyGo's collector runs (sweeping the whole heap) each
+// time the garbage fills the heap's free third: fewer bytes allocated per
+// call is fewer collections per call. A waPC guest serves one call at a
+// time, and the host copies the answer out of linear memory before the next
+// one, so the answer's buffer may be overwritten by the next call.
+var (
+	parser fastjson.Parser
+	answer []byte
+)
+
 // validate mutates a Pod whose containers add capabilities so that they also drop BPF.
 //
 // It reads the request with sdk/fastjson (no reflection: TinyGo's encoding/json is what a call
@@ -21,7 +34,7 @@ var (
 // are those of validateDecoded, step for step: keys match as when decoding into a map (exactly,
 // the last of repeated keys counting), values of unexpected types count as absent.
 func validate(payload []byte) ([]byte, error) {
-	root, err := fastjson.Parse(payload)
+	root, err := parser.Parse(payload)
 	if err != nil || !plainObject(root, "request") {
 		return validateDecoded(payload)
 	}
@@ -52,11 +65,12 @@ func validate(payload []byte) ([]byte, error) {
 	if !ed.Changed() {
 		return kubewarden.AcceptRequest()
 	}
-	mutated, err := ed.Bytes()
+	out, err := fastjson.AppendMutateRequest(answer[:0], ed)
 	if err != nil { // cannot happen: each edit touches its own drop list
 		return validateDecoded(payload)
 	}
-	return fastjson.MutateRequest(mutated), nil
+	answer = out
+	return out, nil
 }
 
 // dropFromContainerJSON records the edit adding droppedCapability to the drop list of a

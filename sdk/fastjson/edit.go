@@ -135,11 +135,21 @@ func (e *Editor) Delete(o Value, key string) {
 // in the document, not a copy, when there are none). Edits at the same place
 // apply in the order they were made.
 func (e *Editor) Bytes() ([]byte, error) {
-	if e.err != nil {
-		return nil, e.err
-	}
-	if len(e.edits) == 0 {
+	if e.err == nil && len(e.edits) == 0 {
 		return e.root.Raw(), nil
+	}
+	n, err := e.prepare()
+	if err != nil {
+		return nil, err
+	}
+	return e.appendEdited(make([]byte, 0, n)), nil
+}
+
+// prepare sorts the edits by offset, checks they do not overlap and returns
+// the length of the edited value.
+func (e *Editor) prepare() (int, error) {
+	if e.err != nil {
+		return 0, e.err
 	}
 	// Insertion sort, stable (edits are few; sort.SliceStable needs reflection).
 	for i := 1; i < len(e.edits); i++ {
@@ -150,28 +160,51 @@ func (e *Editor) Bytes() ([]byte, error) {
 	n := e.root.e - e.root.s
 	for i, ed := range e.edits {
 		if i > 0 && ed.s < e.edits[i-1].e {
-			return nil, ErrOverlap
+			return 0, ErrOverlap
 		}
 		n += len(ed.text) - (ed.e - ed.s)
 	}
-	out := make([]byte, 0, n)
+	return n, nil
+}
+
+// appendEdited appends the value with the edits, which prepare sorted.
+func (e *Editor) appendEdited(out []byte) []byte {
 	at := e.root.s
 	for _, ed := range e.edits {
 		out = append(out, e.doc[at:ed.s]...)
 		out = append(out, ed.text...)
 		at = ed.e
 	}
-	return append(out, e.doc[at:e.root.e]...), nil
+	return append(out, e.doc[at:e.root.e]...)
 }
+
+// mutateHead and mutateTail surround the object in MutateRequest's answer.
+const mutateHead, mutateTail = `{"accepted":true,"mutated_object":`, `}`
 
 // MutateRequest is the Kubewarden ValidationResponse that accepts the
 // request with object as mutated_object (one JSON object, typically an
 // Editor's Bytes), built without encoding the object again:
 // {"accepted":true,"mutated_object":<object>}.
 func MutateRequest(object []byte) []byte {
-	const head, tail = `{"accepted":true,"mutated_object":`, `}`
-	out := make([]byte, 0, len(head)+len(object)+len(tail))
-	out = append(out, head...)
+	out := make([]byte, 0, len(mutateHead)+len(object)+len(mutateTail))
+	out = append(out, mutateHead...)
 	out = append(out, object...)
-	return append(out, tail...)
+	return append(out, mutateTail...)
+}
+
+// AppendMutateRequest appends MutateRequest's answer with the edited value
+// of e as mutated_object to dst, copying the document's bytes once (no
+// Bytes, then a copy of it): with a dst kept from call to call, the answer
+// costs no allocation.
+func AppendMutateRequest(dst []byte, e *Editor) ([]byte, error) {
+	n, err := e.prepare()
+	if err != nil {
+		return dst, err
+	}
+	if need := len(mutateHead) + n + len(mutateTail); cap(dst)-len(dst) < need {
+		dst = append(make([]byte, 0, len(dst)+need), dst...)
+	}
+	dst = append(dst, mutateHead...)
+	dst = e.appendEdited(dst)
+	return append(dst, mutateTail...), nil
 }

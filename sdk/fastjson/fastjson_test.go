@@ -378,6 +378,10 @@ func TestEditorMatchesEncodingJSON(t *testing.T) {
 				if !reflect.DeepEqual(got, want) {
 					t.Fatalf("edited document decodes to\n%#v\nwant\n%#v", got, want)
 				}
+				answer, err := AppendMutateRequest([]byte("kept"), ed)
+				if wantAnswer := "kept" + string(MutateRequest(out)); err != nil || string(answer) != wantAnswer {
+					t.Fatalf("AppendMutateRequest = %s, %v\nwant %s", answer, err, wantAnswer)
+				}
 			}
 		})
 	}
@@ -436,6 +440,9 @@ func TestEditorErrors(t *testing.T) {
 	if _, err := ed.Bytes(); err != ErrOverlap {
 		t.Fatalf("want ErrOverlap, got %v", err)
 	}
+	if out, err := AppendMutateRequest([]byte("x"), ed); err != ErrOverlap || string(out) != "x" {
+		t.Fatalf("AppendMutateRequest: want ErrOverlap and dst unchanged, got %q, %v", out, err)
+	}
 	ed = NewEditor(doc)
 	ed.Append(doc.Get("a"), []byte(`2`)) // not an array
 	if _, err := ed.Bytes(); err != ErrNotEditable {
@@ -459,6 +466,26 @@ func TestEditorErrors(t *testing.T) {
 	ed = NewEditor(doc)
 	if out, err := ed.Bytes(); err != nil || ed.Changed() || &out[0] != &data[0] {
 		t.Fatal("no edits must give the document itself")
+	}
+}
+
+// TestAppendMutateRequestReusesDst: the answer is built in dst, without an
+// allocation, when dst has room (a guest keeps it from call to call), and
+// with one when it has not.
+func TestAppendMutateRequestReusesDst(t *testing.T) {
+	data := []byte(`{"spec":{"containers":[{"securityContext":{"capabilities":{"add":["A"],"drop":["B"]}}}]}}`)
+	doc := mustParse(t, data)
+	ed := NewEditor(doc)
+	ed.Append(doc.Get("spec", "containers").Index(0).Get("securityContext", "capabilities", "drop"), []byte(`"BPF"`))
+	want := `{"accepted":true,"mutated_object":{"spec":{"containers":[{"securityContext":{"capabilities":{"add":["A"],"drop":["B","BPF"]}}}]}}}`
+	var dst []byte
+	allocs := testing.AllocsPerRun(10, func() { dst, _ = AppendMutateRequest(nil, ed) })
+	if string(dst) != want || allocs != 1 {
+		t.Fatalf("first answer: %s with %v allocations, want %s with 1", dst, allocs, want)
+	}
+	allocs = testing.AllocsPerRun(100, func() { dst, _ = AppendMutateRequest(dst[:0], ed) })
+	if string(dst) != want || allocs != 0 {
+		t.Fatalf("answer into a kept buffer: %s with %v allocations, want %s with none", dst, allocs, want)
 	}
 }
 
