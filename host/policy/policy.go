@@ -343,6 +343,16 @@ func (p *Policy) Instances() (live, size int) {
 	return p.pool.Live(), p.pool.Size()
 }
 
+// InstanceMemory is the linear memory of the policy's live waPC instances
+// (of the shared pool for a policy with Spec.ShareInstances), in bytes; 0
+// for other modes.
+func (p *Policy) InstanceMemory() int64 {
+	if p.pool == nil {
+		return 0
+	}
+	return p.pool.MemoryBytes()
+}
+
 // Close stops the policy's instances and releases its module.
 func (p *Policy) Close(ctx context.Context) {
 	if p.wasi != nil {

@@ -61,29 +61,41 @@ func spinModule(initLoop, takeName bool) []byte {
 // fib(60): no loop at all, a stack depth of 60, and about 2^42 calls. Only a
 // check at function entries stops it.
 func fibModule() []byte {
+	return guestModule([]byte{2, 0x60, 2, 0x7f, 0x7f, 1, 0x7f, 0x60, 1, 0x7f, 1, 0x7f}, // (i32 i32)->i32, (i32)->i32
+		[]byte{0, 0x41, 60, 0x10, 1, 0x1a, 0x41, 0, 0x0b}, // fib(60); drop; i32.const 0
+		[]byte{0,
+			0x20, 0, 0x41, 2, 0x49, 0x04, 0x7f, // if n < 2 (result i32)
+			0x20, 0, // n
+			0x05,                            // else
+			0x20, 0, 0x41, 1, 0x6b, 0x10, 1, // fib(n-1)
+			0x20, 0, 0x41, 2, 0x6b, 0x10, 1, // fib(n-2)
+			0x6a, 0x0b, 0x0b}) // add; end; end
+}
+
+// guestModule is a waPC guest of the given type section contents and
+// function bodies (each with its locals): the first body is __guest_call
+// (type 0), the others have type 1; one page of memory, exported, no
+// imports.
+func guestModule(types []byte, bodies ...[]byte) []byte {
 	sec := func(id byte, p ...byte) []byte { return append([]byte{id, byte(len(p))}, p...) }
 	b := append([]byte{}, wasmbin.Magic...)
-	b = append(b, sec(1, 2, 0x60, 2, 0x7f, 0x7f, 1, 0x7f, 0x60, 1, 0x7f, 1, 0x7f)...) // (i32 i32)->i32, (i32)->i32
-	b = append(b, sec(3, 2, 0, 1)...)                                                 // __guest_call, fib
-	b = append(b, sec(5, 1, 0, 1)...)                                                 // memory 1 page
+	b = append(b, sec(1, types...)...)
+	funcs := []byte{byte(len(bodies)), 0}
+	for range bodies[1:] {
+		funcs = append(funcs, 1)
+	}
+	b = append(b, sec(3, funcs...)...)
+	b = append(b, sec(5, 1, 0, 1)...) // memory 1 page
 	exports := []byte{2, 12}
 	exports = append(exports, "__guest_call"...)
 	exports = append(exports, 0, 0, 6)
 	exports = append(exports, "memory"...)
 	exports = append(exports, 2, 0)
 	b = append(b, sec(7, exports...)...)
-	call := []byte{0, 0x41, 60, 0x10, 1, 0x1a, 0x41, 0, 0x0b} // fib(60); drop; i32.const 0
-	fib := []byte{0,
-		0x20, 0, 0x41, 2, 0x49, 0x04, 0x7f, // if n < 2 (result i32)
-		0x20, 0, // n
-		0x05,                            // else
-		0x20, 0, 0x41, 1, 0x6b, 0x10, 1, // fib(n-1)
-		0x20, 0, 0x41, 2, 0x6b, 0x10, 1, // fib(n-2)
-		0x6a, 0x0b, 0x0b} // add; end; end
-	code := []byte{2, byte(len(call))}
-	code = append(code, call...)
-	code = append(code, byte(len(fib)))
-	code = append(code, fib...)
+	code := []byte{byte(len(bodies))}
+	for _, body := range bodies {
+		code = append(append(code, byte(len(body))), body...)
+	}
 	return append(b, sec(10, code...)...)
 }
 

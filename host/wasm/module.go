@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -107,6 +108,10 @@ func dispatchHostCall(ctx context.Context, binding, namespace, operation string,
 		b   []byte
 		err error
 	}
+	// payload is a view of the guest's memory, which may be unmapped once
+	// the guest has given up on this call (mappedMemory): the handler, which
+	// may outlive it, gets a copy.
+	payload = append([]byte(nil), payload...)
 	done := make(chan result, 1)
 	go func() {
 		defer func() {
@@ -140,29 +145,78 @@ func callInline(ctx context.Context, h HostCallHandler, binding, namespace, oper
 type instance struct {
 	wi    wapc.Instance
 	alloc *cappedAllocator
+	// size is the linear memory's size after the last call (or the start
+	// functions), in bytes; called is whether it served a call.
+	size   uint32
+	called bool
+}
+
+// enter and leave bracket a call on the instance: its mapped memory is not
+// unmapped meanwhile, even if its module is closed (mappedMemory).
+func (i *instance) enter() {
+	if m := i.alloc.mem; m != nil {
+		m.enter()
+	}
+}
+
+func (i *instance) leave() {
+	if m := i.alloc.mem; m != nil {
+		m.leave()
+	}
 }
 
 // Pool hands out instances of one module for calls. It creates instances on
 // demand, up to its size; a call waits for a free instance (or its context).
 // An instance that trapped, timed out or hit its memory cap is closed and its
 // slot freed for a fresh one.
+//
+// An instance whose linear memory grew by more than PoolConfig.RecycleGrowth
+// during one call (its first excepted) is closed after it, and the next call
+// that needs one starts a fresh instance: the memory a large request made a
+// guest grow, which a Wasm memory never gives back, is returned.
 type Pool struct {
-	mod   *Module
-	slots chan struct{}  // one token per instance that may exist
-	idle  chan *instance // instances ready for a call
+	mod     *Module
+	slots   chan struct{}  // one token per instance that may exist
+	idle    chan *instance // instances ready for a call
+	recycle uint64         // PoolConfig.RecycleGrowth
+
+	// memory is the linear memory of the live instances, in bytes.
+	memory atomic.Int64
 
 	mu     sync.Mutex
 	closed bool
 	live   int
 }
 
-// NewPool creates a pool of up to size instances and instantiates one now, so
-// that a module that cannot start fails here rather than on the first call.
+// PoolConfig configures a pool.
+type PoolConfig struct {
+	// Size is the most instances the pool keeps (at least 1).
+	Size int
+	// RecycleGrowth: an instance whose linear memory grew by more than this
+	// many bytes during one call is closed once the call returns (its
+	// answer is kept), to be replaced when needed. An instance's first call
+	// does not count: it is where a guest initializes what it keeps (the
+	// MutatingAdmissionPolicy guest's CEL environment, 10 MB). Zero keeps
+	// instances whatever their size (up to the module's memory cap).
+	RecycleGrowth uint64
+}
+
+// DefaultRecycleGrowth is the PoolConfig.RecycleGrowth of NewPool: a TinyGo
+// guest grows 12 MB evaluating a 3 MB object and keeps it; a 5 KB Pod grows
+// none by more than a few pages.
+const DefaultRecycleGrowth = 8 << 20
+
+// NewPool creates a pool of up to size instances, with DefaultRecycleGrowth
+// (see NewPoolConfig).
 func (m *Module) NewPool(ctx context.Context, size int) (*Pool, error) {
-	if size < 1 {
-		size = 1
-	}
-	p := &Pool{mod: m, slots: make(chan struct{}, size), idle: make(chan *instance, size)}
+	return m.NewPoolConfig(ctx, PoolConfig{Size: size, RecycleGrowth: DefaultRecycleGrowth})
+}
+
+// NewPoolConfig creates a pool and instantiates one instance now, so that a
+// module that cannot start fails here rather than on the first call.
+func (m *Module) NewPoolConfig(ctx context.Context, c PoolConfig) (*Pool, error) {
+	size := max(c.Size, 1)
+	p := &Pool{mod: m, slots: make(chan struct{}, size), idle: make(chan *instance, size), recycle: c.RecycleGrowth}
 	for i := 0; i < size; i++ {
 		p.slots <- struct{}{}
 	}
@@ -177,9 +231,12 @@ func (m *Module) NewPool(ctx context.Context, size int) (*Pool, error) {
 }
 
 func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
-	alloc := &cappedAllocator{limit: p.mod.memCap}
+	alloc := &cappedAllocator{limit: p.mod.memCap, mapped: true}
 	ictx := experimental.WithMemoryAllocator(ctx, alloc)
 	wi, err := p.mod.wm.Instantiate(ictx)
+	if alloc.mem != nil {
+		alloc.mem.leave() // the start is over (Allocate counted it)
+	}
 	if err != nil {
 		if alloc.hit.Load() {
 			return nil, fmt.Errorf("%w: %w while starting (limit %d bytes): %v", ErrInstantiate, ErrMemoryLimit, p.mod.memCap, err)
@@ -198,8 +255,14 @@ func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
 	p.mu.Lock()
 	p.live++
 	p.mu.Unlock()
-	return &instance{wi: wi, alloc: alloc}, nil
+	inst := &instance{wi: wi, alloc: alloc, size: wi.MemorySize()}
+	p.memory.Add(int64(inst.size))
+	return inst, nil
 }
+
+// MemoryBytes is the linear memory of the pool's live instances, in bytes
+// (the size the guests grew it to; the pages they touched are resident).
+func (p *Pool) MemoryBytes() int64 { return p.memory.Load() }
 
 // Size is the most instances the pool keeps.
 func (p *Pool) Size() int { return cap(p.slots) }
@@ -223,21 +286,41 @@ func (p *Pool) Call(ctx context.Context, timeout time.Duration, operation string
 	if err != nil {
 		return nil, err
 	}
+	inst.enter()
 	out, err := inst.wi.Invoke(ctx, operation, payload)
 	if err == nil && ctx.Err() == nil {
 		// out is a view of the guest's linear memory: copy it before the
-		// instance serves another call.
+		// instance serves another call (or its memory is unmapped).
 		out = append([]byte(nil), out...)
-		p.put(inst)
+		inst.leave()
+		p.done(inst)
 		return out, nil
 	}
+	inst.leave()
 	cerr, broken := p.classify(ctx, inst, timeout, err)
 	if broken {
 		p.discard(inst)
 	} else {
-		p.put(inst)
+		p.done(inst)
 	}
 	return nil, cerr
+}
+
+// done returns an instance after a call: to the idle ones, or closed when
+// the call grew its memory by more than the pool's RecycleGrowth.
+func (p *Pool) done(inst *instance) {
+	first := !inst.called
+	inst.called = true
+	if size := inst.wi.MemorySize(); size != inst.size {
+		grown := uint64(size - inst.size)
+		p.memory.Add(int64(size) - int64(inst.size))
+		inst.size = size
+		if p.recycle > 0 && !first && grown > p.recycle {
+			p.discard(inst)
+			return
+		}
+	}
+	p.put(inst)
 }
 
 // classify maps the outcome of a call that failed or ended after its deadline
@@ -325,6 +408,7 @@ func (p *Pool) put(inst *instance) {
 
 func (p *Pool) discard(inst *instance) {
 	_ = inst.wi.Close(context.Background())
+	p.memory.Add(-int64(inst.size))
 	p.mu.Lock()
 	p.live--
 	p.mu.Unlock()
