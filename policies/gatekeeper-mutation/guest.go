@@ -127,10 +127,12 @@ func str(raw []byte) string {
 // answer is the buffer of validate's mutated answers, reused from call to
 // call: an instance answers one call at a time, and the host copies an
 // answer out of the guest's memory before the instance serves another.
-// scratch is the engine's memory, reused likewise.
+// scratch is the engine's memory, reused likewise, and reader the index
+// of the lazily read request object (valid until the next call).
 var (
 	answer  []byte
 	scratch engine.Scratch
+	reader  jsonv.Reader
 )
 
 // validate answers a Kubewarden ValidationRequest
@@ -138,7 +140,7 @@ var (
 func validate(payload []byte) ([]byte, error) {
 	// One pass over the payload: the request's fields found and its object
 	// parsed on the way, the settings skipped.
-	top, req, obj, err := jsonv.RawFieldsNested(payload, "request", "object", jsonv.IntsPreserved)
+	top, req, obj, err := reader.RawFieldsNested(payload, "request", "object", jsonv.IntsPreserved)
 	if err != nil {
 		return reject("cannot decode the validation request: " + err.Error()), nil
 	}

@@ -279,9 +279,9 @@ func stringMap(obj *jsonv.Value, keys ...string) map[string]string {
 	for i, k := range v.O.Keys {
 		// NestedNullCoercingStringMap (what GetLabels reads with): a null
 		// value is "", any other non-string voids the map.
-		switch v.O.Vals[i].K {
+		switch e := v.O.At(i); e.K {
 		case jsonv.String:
-			m[k] = v.O.Vals[i].S
+			m[k] = e.S
 		case jsonv.Null:
 			m[k] = ""
 		default:
@@ -367,7 +367,7 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	}
 	obj, err := req.Parsed, error(nil)
 	if obj == nil {
-		obj, err = jsonv.Parse(req.Object, jsonv.IntsPreserved)
+		obj, err = jsonv.ParseLazy(req.Object, jsonv.IntsPreserved)
 	}
 	if err != nil {
 		return nil, false, errors.Join(ErrRequest, err)

@@ -151,6 +151,7 @@ var errNamespaceObject = errors.New("the object does not decode as a v1 Namespac
 // namespaceOf decodes a Namespace object as Gatekeeper does (see above): its
 // name and labels (a null label value is "").
 func namespaceOf(v *jsonv.Value) (*match.Namespace, error) {
+	jsonv.LoadAll(v) // the type check ranges over every field
 	if v == nil || v.K != jsonv.Object || !namespaceType(v) {
 		return nil, errNamespaceObject
 	}

@@ -36,6 +36,7 @@ func (c *canonical) append(b []byte, v *Value) []byte {
 	if v == nil {
 		return append(b, 'n')
 	}
+	v.Load()
 	switch v.K {
 	case Null:
 		return append(b, 'n')

@@ -35,6 +35,9 @@ const (
 	String
 	Array
 	Object
+	// Raw is an object or an array of a document read lazily, not read
+	// yet (lazy.go): the accessors read it when they reach it.
+	Raw
 )
 
 // Value is one JSON value.
@@ -51,6 +54,8 @@ type Value struct {
 	// A holds an Array's elements.
 	A []*Value
 	O *Obj
+	// rd is the document of a Raw value, which is at offset I.
+	rd *doc
 }
 
 // Obj is a JSON object; keys keep their first insertion order.
@@ -85,7 +90,7 @@ func (o *Obj) index(k string) int {
 // Get returns the value of key k.
 func (o *Obj) Get(k string) (*Value, bool) {
 	if i := o.index(k); i >= 0 {
-		return o.Vals[i], true
+		return o.Vals[i].Load(), true
 	}
 	return nil, false
 }
@@ -159,6 +164,8 @@ func Equal(a, b *Value) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
+	a.Load()
+	b.Load()
 	if a.K != b.K {
 		return false
 	}
@@ -192,7 +199,7 @@ func Equal(a, b *Value) bool {
 		}
 		for i, k := range a.O.Keys {
 			bv, ok := b.O.Get(k)
-			if !ok || !Equal(a.O.Vals[i], bv) {
+			if !ok || !Equal(a.O.At(i), bv) {
 				return false
 			}
 		}
@@ -207,6 +214,8 @@ func SameJSON(a, b *Value) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
+	a.Load()
+	b.Load()
 	an, bn := a.K == Int || a.K == Float, b.K == Int || b.K == Float
 	if an && bn {
 		return a.Float64() == b.Float64()
@@ -244,7 +253,7 @@ func SameJSON(a, b *Value) bool {
 		}
 		for i, k := range a.O.Keys {
 			bv, ok := b.O.Get(k)
-			if !ok || !SameJSON(a.O.Vals[i], bv) {
+			if !ok || !SameJSON(a.O.At(i), bv) {
 				return false
 			}
 		}
@@ -282,8 +291,14 @@ const (
 // slices of their exact size, cut from slabs too.
 func Parse(data []byte, mode NumberMode) (*Value, error) {
 	p := parser{d: data, mode: mode, src: string(data)}
+	return p.whole(func() (*Value, error) { return p.value(0) })
+}
+
+// whole reads a document with read (which reads the value at p.i) and
+// checks that only whitespace surrounds it.
+func (p *parser) whole(read func() (*Value, error)) (*Value, error) {
 	p.ws()
-	v, err := p.value(0)
+	v, err := read()
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +324,8 @@ type parser struct {
 	ptrSlab []*Value
 	stack   []*Value
 	keys    []string
+	// reader, when set, reads parseKey's value lazily (fieldsParsed).
+	reader *Reader
 }
 
 const slabSize = 64
@@ -363,6 +380,14 @@ func (p *parser) substr(start, end int) string {
 // slices of their exact size, the last of repeated keys winning at the
 // place of the first (as Obj.Set does).
 func (p *parser) endObject(base int) *Value {
+	o := p.endObj(base)
+	v := p.newValue()
+	v.K, v.O = Object, o
+	return v
+}
+
+// endObj is endObject's Obj.
+func (p *parser) endObj(base int) *Obj {
 	keys, vals := p.keys[base:], p.stack[base:]
 	o := p.newObj()
 	o.Keys = p.strs(len(keys))[:0]
@@ -385,22 +410,25 @@ func (p *parser) endObject(base int) *Value {
 		p.stack[i] = nil
 	}
 	p.keys, p.stack = p.keys[:base], p.stack[:base]
-	v := p.newValue()
-	v.K, v.O = Object, o
-	return v
+	return o
 }
 
 // endArray makes the array of the elements stacked from base.
 func (p *parser) endArray(base int) *Value {
+	v := p.newValue()
+	v.K, v.A = Array, p.endArr(base)
+	return v
+}
+
+// endArr is endArray's elements.
+func (p *parser) endArr(base int) []*Value {
 	a := p.ptrs(len(p.stack) - base)
 	copy(a, p.stack[base:])
 	for i := base; i < len(p.stack); i++ {
 		p.stack[i] = nil
 	}
 	p.stack = p.stack[:base]
-	v := p.newValue()
-	v.K, v.A = Array, a
-	return v
+	return a
 }
 
 const maxDepth = 10000
@@ -787,6 +815,9 @@ func Encode(b []byte, v *Value) []byte {
 			b = Encode(b, v.O.Vals[i])
 		}
 		return append(b, '}')
+	case Raw:
+		// Not read, so not changed: its bytes as they came.
+		return append(b, v.raw()...)
 	}
 	return append(b, "null"...)
 }
@@ -805,6 +836,7 @@ func (v *Value) TypeName() string {
 	if v == nil {
 		return "<nil>"
 	}
+	v.Load()
 	switch v.K {
 	case Null:
 		return "<nil>"

@@ -150,8 +150,15 @@ func RawFieldsParsed(data []byte, parseKey string, mode NumberMode) (fields map[
 // copy (data is the largest input a call reads, and a copy of it per call
 // is garbage under TinyGo): data must not change while the value is in
 // use.
+//
+// The parsed value is read lazily (see Reader), with a Reader of its own.
 func RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested map[string][]byte, parsed *Value, err error) {
-	p := parser{d: data, mode: mode, src: unsafe.String(unsafe.SliceData(data), len(data))}
+	return new(Reader).RawFieldsNested(data, nestedKey, parseKey, mode)
+}
+
+// RawFieldsNested is RawFieldsNested with r's index.
+func (r *Reader) RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested map[string][]byte, parsed *Value, err error) {
+	p := parser{d: data, mode: mode, src: unsafe.String(unsafe.SliceData(data), len(data)), reader: r}
 	p.ws()
 	if p.i >= len(p.d) || p.d[p.i] != '{' {
 		return nil, nil, nil, p.fail("expected an object")
@@ -237,7 +244,15 @@ func (p *parser) fieldsParsed(parseKey string) (fields map[string][]byte, parsed
 		p.ws()
 		start := p.i
 		if k == parseKey {
-			v, err := p.value(0)
+			var v *Value
+			if p.reader != nil {
+				d := p.reader.doc(p.d, p.mode, p.src)
+				d.p.i = p.i
+				v, err = d.value()
+				p.i = d.p.i
+			} else {
+				v, err = p.value(0)
+			}
 			if err != nil {
 				return nil, nil, err
 			}
