@@ -4,7 +4,7 @@
 // set loads: Open, ServeProbes, Load, Start), TLS with certificate
 // reload, bounded concurrency with a bounded queue shared fairly between
 // policies (limiter.go: a per-policy share of workers and queue, served in
-// turn), body limits and a budget of body bytes in flight (bodies.go), a
+// turn, and a cool-down for a policy that ran out of time or memory), body limits and a budget of body bytes in flight (bodies.go), a
 // connection cap, timeouts, graceful drain, and hot reload of the policy set
 // with an atomic swap.
 //

@@ -33,14 +33,6 @@ func (k endpointKind) String() string {
 	return [...]string{"validate", "audit", "validate_raw"}[k]
 }
 
-// errThrottled: the policy recently exceeded its deadline or memory limit and
-// already has its one evaluation running.
-var errThrottled = errors.New("throttled: the policy exceeded its time or memory limit recently, so it runs one evaluation at a time")
-
-// throttleWindow is how long a policy stays throttled after an evaluation
-// that hit its deadline or memory limit.
-const throttleWindow = 30 * time.Second
-
 // input is a decoded request.
 type input struct {
 	uid       string
@@ -114,17 +106,10 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 			admission.Errored(in.uid, http.StatusInternalServerError, errors.New(userMessage("policy "+id+" is not loaded: ", id, e.err))))
 	}
 
-	if e.throttleUntil.Load() > time.Now().UnixNano() {
-		if e.throttled.Add(1) > 1 {
-			e.throttled.Add(-1)
-			d := s.errored(log, e, kind, in, errThrottled)
-			return s.write(w, kind, http.StatusOK, d.resp)
+	if err := s.lim.acquire(r.Context(), id, s.opts.PolicyTimeout); err != nil {
+		if errors.Is(err, errCoolingDown) { // the policy's failure answer, at once
+			return s.write(w, kind, http.StatusOK, s.errored(log, e, kind, in, err).resp)
 		}
-		defer e.throttled.Add(-1)
-	}
-
-	waitCtx := r.Context()
-	if err := s.lim.acquire(waitCtx, id, s.opts.PolicyTimeout); err != nil {
 		s.m.overloaded.Inc()
 		w.Header().Set("Retry-After", "1")
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)
@@ -134,18 +119,22 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		s.m.inFlight.Inc()
 		defer s.m.inFlight.Dec()
 		defer s.lim.release(id) // also if an evaluation panics
+		var d decision
 		if e.cfg.IsGroup() {
-			return s.evalGroup(r.Context(), log, e, kind, in)
+			d = s.evalGroup(r.Context(), log, e, kind, in)
+		} else {
+			d = s.evalPolicy(r.Context(), log, e, kind, in)
 		}
-		return s.evalPolicy(r.Context(), log, e, kind, in)
+		// before the release, so that its waiting requests do not get the worker;
+		// a request the client gave up on tells nothing about the policy
+		if r.Context().Err() == nil {
+			if cool := s.lim.judge(id, d.costly, time.Since(start)); cool > 0 {
+				log.Warn("policy ran out of time or memory: cooling down (answered without running)", "for", cool)
+			}
+		}
+		return d
 	}()
 	elapsed := time.Since(start)
-	// a request the client gave up on is not the policy's fault
-	if d.costly && r.Context().Err() == nil {
-		if e.throttleUntil.Swap(time.Now().Add(throttleWindow).UnixNano()) < time.Now().UnixNano() {
-			log.Warn("policy exceeded its time or memory limit: one evaluation at a time for a while", "window", throttleWindow)
-		}
-	}
 
 	mode := string(e.cfg.Mode)
 	if kind == kindAudit {
@@ -244,8 +233,8 @@ func errorReason(err error) string {
 		return "wrong_type"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
-	case errors.Is(err, errThrottled):
-		return "throttled"
+	case errors.Is(err, errCoolingDown):
+		return "cooling_down"
 	}
 	return "other"
 }
@@ -331,8 +320,8 @@ func (s *Server) errored(log *slog.Logger, e *entry, kind endpointKind, in *inpu
 	reason := errorReason(err)
 	s.m.evalErrors.WithLabelValues(e.cfg.ID, reason).Inc()
 	lvl := slog.LevelWarn
-	if reason == "throttled" {
-		lvl = slog.LevelDebug // one line per throttled request would flood the log under attack
+	if reason == "cooling_down" {
+		lvl = slog.LevelDebug // one line per refused request would flood the log under attack
 	}
 	log.Log(context.Background(), lvl, "evaluation failed", "reason", reason, "error", err)
 	code := int32(http.StatusInternalServerError)

@@ -21,6 +21,49 @@ const (
 	rejectWaitExpired     = "wait_expired"      // no worker within the policy timeout
 )
 
+// errCoolingDown: the policy ran out of time or memory recently and is
+// answered without running (its failure answer) until its cool-down ends.
+var errCoolingDown = errors.New("cooling down")
+
+// coolingDown is errCoolingDown with when the policy runs again.
+type coolingDown struct {
+	left  time.Duration // until the cool-down ends; 0: it ended and one probe runs
+	spent time.Duration // the evaluation that started it
+}
+
+func (c *coolingDown) Error() string {
+	if c.left <= 0 {
+		return "cooling down: the policy ran out of time or memory, and one request is trying it again now"
+	}
+	return fmt.Sprintf("cooling down: the policy ran out of time or memory after %s, so it is not run for another %s",
+		c.spent.Round(time.Millisecond), c.left.Round(100*time.Millisecond))
+}
+
+func (c *coolingDown) Unwrap() error { return errCoolingDown }
+
+// The cool-down after an evaluation that ran out of time or memory: cooldownFactor
+// times what that evaluation cost (so a policy that loops to its deadline on every
+// request holds at most a tenth of a worker), at least minCooldown, doubled for each
+// further such evaluation without a success in between, up to maxCooldown (or
+// cooldownFactor times the cost when that is longer).
+const (
+	cooldownFactor = 9
+	minCooldown    = time.Second
+	maxCooldown    = 2 * time.Minute
+)
+
+// cooldownFor is the cool-down after the strikes-th costly evaluation in a row,
+// which took spent.
+func cooldownFor(strikes int, spent time.Duration) time.Duration {
+	base := max(minCooldown, cooldownFactor*spent)
+	limit := max(maxCooldown, base)
+	d := base
+	for i := 1; i < strikes && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
 // rejection is errOverloaded with its reason.
 type rejection struct{ reason string }
 
@@ -46,7 +89,14 @@ func (r *rejection) Unwrap() error { return errOverloaded }
 //   - a freed worker goes to the policies with waiting requests in turn
 //     (round robin), each policy's requests in their order of arrival: a
 //     request to a quiet policy waits for at most one turn, not behind the
-//     whole queue of a busy one.
+//     whole queue of a busy one;
+//   - a policy whose evaluation ran out of time or memory cools down
+//     (judge): its requests are refused with errCoolingDown, without a worker,
+//     for cooldownFor of that evaluation (its waiting requests too); then one
+//     request at a time probes it: a probe that ends in time ends the
+//     cool-down, one that does not starts a longer one. So a policy that
+//     loops on every request burns at most a tenth of a worker, not a whole
+//     one (and on a 2-CPU machine, a whole core) while the others serve.
 //
 // A full queue (the server's or the policy's share) is answered at once
 // instead of growing; a wait longer than the caller's bound is answered too.
@@ -61,6 +111,8 @@ type limiter struct {
 	onQueue               func(id string, delta int)
 	onRun                 func(id string, delta int)
 	onReject              func(id, reason string)
+	onCooldown            func(id string, d time.Duration)
+	now                   func() time.Time
 }
 
 // policyLane is one policy's running evaluations and waiting requests.
@@ -69,11 +121,19 @@ type policyLane struct {
 	running int
 	waiters []*waiter
 	inTurn  bool
+	removed bool // a reload removed the policy: the lane goes once idle
+
+	// cool-down (judge): strikes costly evaluations in a row; none runs
+	// before coolUntil, then one at a time until a success.
+	strikes   int
+	coolUntil time.Time
+	spent     time.Duration // the last costly evaluation's time
 }
 
 type waiter struct {
-	ch      chan struct{} // closed when granted
+	ch      chan struct{} // closed when granted or refused
 	granted bool
+	refused error // the policy started cooling down while it waited
 }
 
 // limiterHooks report the limiter's per-policy state (metrics).
@@ -81,6 +141,7 @@ type limiterHooks struct {
 	queued   func(id string, delta int)
 	running  func(id string, delta int)
 	rejected func(id, reason string)
+	cooldown func(id string, d time.Duration) // a cool-down of d started; 0: it ended
 }
 
 // newLimiter: workers evaluations at once, queue requests waiting; one policy
@@ -103,8 +164,12 @@ func newLimiter(workers, queue, perPolicy, perPolicyQueue int, h limiterHooks) *
 	if h.rejected == nil {
 		h.rejected = func(string, string) {}
 	}
+	if h.cooldown == nil {
+		h.cooldown = func(string, time.Duration) {}
+	}
 	return &limiter{workers: workers, perPolicy: min(perPolicy, workers), queue: queue, perPolicyQueue: min(perPolicyQueue, queue),
-		free: workers, pols: map[string]*policyLane{}, onQueue: h.queued, onRun: h.running, onReject: h.rejected}
+		free: workers, pols: map[string]*policyLane{}, onQueue: h.queued, onRun: h.running, onReject: h.rejected,
+		onCooldown: h.cooldown, now: time.Now}
 }
 
 // defaultPerPolicy leaves a quarter of the workers (rounded up, at least
@@ -126,32 +191,67 @@ func (l *limiter) lane(id string) *policyLane {
 	return p
 }
 
-// forget drops an idle lane (policies come and go with reloads).
+// forget drops the lane of a policy a reload removed once it is idle. A
+// served policy's lane outlives its requests (so the request path does not
+// allocate one per request, and its cool-down is kept).
 func (l *limiter) forget(p *policyLane) {
-	if p.running == 0 && len(p.waiters) == 0 && !p.inTurn {
+	if p.removed && p.running == 0 && len(p.waiters) == 0 && !p.inTurn {
 		delete(l.pols, p.id)
 	}
 }
 
-// prune drops the idle lanes of policies that serving no longer has. A lane
-// outlives its requests (release keeps it, so the request path does not
-// allocate one per request); swap prunes after a reload.
+// prune marks the lanes of policies that serving no longer has and drops
+// those that are idle (the others go when their last request ends); a lane
+// of a policy served again is kept.
 func (l *limiter) prune(serving func(id string) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id, p := range l.pols {
-		if !serving(id) {
-			l.forget(p)
-		}
+		p.removed = !serving(id)
+		l.forget(p)
 	}
 }
 
+// reset ends policy id's cool-down (a reload changed the policy).
+func (l *limiter) reset(id string) {
+	l.mu.Lock()
+	p := l.pols[id]
+	cooling := p != nil && p.strikes > 0
+	if cooling {
+		p.strikes, p.coolUntil, p.spent = 0, time.Time{}, 0
+	}
+	l.mu.Unlock()
+	if cooling {
+		l.onCooldown(id, 0)
+	}
+}
+
+// cooling reports whether p refuses a request now: while its cool-down
+// runs, and after it while a probe runs or waits. Called with mu held.
+func (l *limiter) cooling(p *policyLane) *coolingDown {
+	if p.strikes == 0 {
+		return nil
+	}
+	if left := p.coolUntil.Sub(l.now()); left > 0 {
+		return &coolingDown{left: left, spent: p.spent}
+	}
+	if p.running > 0 || len(p.waiters) > 0 {
+		return &coolingDown{spent: p.spent} // one probe at a time
+	}
+	return nil
+}
+
 // acquire takes a worker for policy id, waiting at most wait (and while ctx
-// lives) when none is free. The error wraps errOverloaded (a *rejection), or
-// is ctx's.
+// lives) when none is free. The error wraps errOverloaded (a *rejection),
+// or errCoolingDown (a *coolingDown: the caller answers with the policy's
+// failure answer), or is ctx's.
 func (l *limiter) acquire(ctx context.Context, id string, wait time.Duration) error {
 	l.mu.Lock()
 	p := l.lane(id)
+	if c := l.cooling(p); c != nil {
+		l.mu.Unlock()
+		return c
+	}
 	if l.free > 0 && p.running < l.perPolicy && len(p.waiters) == 0 {
 		l.free--
 		p.running++
@@ -167,7 +267,6 @@ func (l *limiter) acquire(ctx context.Context, id string, wait time.Duration) er
 		reason = rejectPolicyQueueFull
 	}
 	if reason != "" {
-		l.forget(p)
 		l.mu.Unlock()
 		l.onReject(id, reason)
 		return &rejection{reason}
@@ -193,32 +292,71 @@ func (l *limiter) acquire(ctx context.Context, id string, wait time.Duration) er
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	if err != nil {
-		l.mu.Lock()
-		if w.granted { // granted as the wait ended: take it
-			err = nil
-		} else {
-			for i, x := range p.waiters {
-				if x == w {
-					p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
-					break
-				}
+	l.mu.Lock()
+	switch {
+	case w.refused != nil: // refused (closed ch) as the wait ended, or before
+		err = w.refused
+	case w.granted: // granted as the wait ended: take it
+		err = nil
+	case err != nil:
+		for i, x := range p.waiters {
+			if x == w {
+				p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+				break
 			}
-			l.waiting--
-			l.forget(p)
 		}
-		l.mu.Unlock()
-		if err != nil {
-			l.onQueue(id, -1)
-			if errors.Is(err, errOverloaded) {
-				l.onReject(id, rejectWaitExpired)
-			}
-			return err
-		}
+		l.waiting--
+		l.forget(p)
 	}
+	l.mu.Unlock()
 	l.onQueue(id, -1)
+	if err != nil {
+		if errors.Is(err, errOverloaded) {
+			l.onReject(id, rejectWaitExpired)
+		}
+		return err
+	}
 	l.onRun(id, 1)
 	return nil
+}
+
+// judge records how policy id's evaluation went, before its worker is
+// released: one that ran out of time or memory (costly, after spent)
+// starts a cool-down (returned) and refuses the policy's waiting requests;
+// any other ends a cool-down.
+func (l *limiter) judge(id string, costly bool, spent time.Duration) time.Duration {
+	l.mu.Lock()
+	p := l.pols[id]
+	if p == nil || (!costly && p.strikes == 0) {
+		l.mu.Unlock()
+		return 0
+	}
+	if !costly {
+		p.strikes, p.coolUntil, p.spent = 0, time.Time{}, 0
+		l.mu.Unlock()
+		l.onCooldown(id, 0)
+		return 0
+	}
+	now := l.now()
+	if now.Before(p.coolUntil) {
+		// another of its evaluations, which started before the cool-down, ran out
+		// too: the cool-down it started stands
+		l.mu.Unlock()
+		return 0
+	}
+	p.strikes++
+	d := cooldownFor(p.strikes, spent)
+	p.coolUntil, p.spent = now.Add(d), spent
+	refused := p.waiters
+	p.waiters = nil
+	l.waiting -= len(refused)
+	for _, w := range refused {
+		w.refused = &coolingDown{left: d, spent: spent}
+		close(w.ch)
+	}
+	l.mu.Unlock()
+	l.onCooldown(id, d)
+	return d
 }
 
 // release gives back policy id's worker; the next policy in turn gets it.
@@ -236,6 +374,7 @@ func (l *limiter) release(id string) {
 		l.turns = append(l.turns, p)
 	}
 	l.dispatch()
+	l.forget(p)
 	l.mu.Unlock()
 	l.onRun(id, -1)
 }
@@ -283,6 +422,12 @@ func (s *Server) newLimiter() *limiter {
 		},
 		running:  func(id string, d int) { s.m.policyRunning.WithLabelValues(id).Add(float64(d)) },
 		rejected: func(id, reason string) { s.m.policyRejected.WithLabelValues(id, reason).Inc() },
+		cooldown: func(id string, d time.Duration) {
+			if d > 0 {
+				s.m.policyCooldowns.WithLabelValues(id).Inc()
+			}
+			s.m.policyCooldown.WithLabelValues(id).Set(d.Seconds())
+		},
 	})
 	s.bodies = newBodyBudget(o.MaxRequestBytesInFlight, o.MaxRequestBytes, s.m.bodyBytes.Set)
 	for name, v := range map[string]int64{"workers": int64(l.workers), "policy_workers": int64(l.perPolicy),

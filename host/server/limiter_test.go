@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,30 +95,13 @@ func TestLoopingPolicyDoesNotStarveOthers(t *testing.T) {
 		o.Workers, o.QueueSize, o.PolicyTimeout = 2, 40, 2*time.Second
 	}})
 	stop := time.Now().Add(3 * time.Second)
-	var wg sync.WaitGroup
-	for i := range 40 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := 0; time.Now().Before(stop); j++ {
-				h.post("/validate/loop", reviewFor(fmt.Sprintf("loop-%d-%d", i, j), "CREATE", "default", pod(nil)))
-			}
-		}()
-	}
+	wg := clients(40, stop, func(i, j int) {
+		h.post("/validate/loop", reviewFor(fmt.Sprintf("loop-%d-%d", i, j), "CREATE", "default", pod(nil)))
+	})
 	time.Sleep(200 * time.Millisecond) // the loop takes its workers and fills its queue
-	var slowest time.Duration
-	n := 0
-	for ; time.Now().Before(stop); n++ {
-		t0 := time.Now()
-		code, r := h.review("/validate/good", reviewFor(fmt.Sprintf("good-%d", n), "CREATE", "default", pod(nil)))
-		slowest = max(slowest, time.Since(t0))
-		if code != 200 || !r.Allowed {
-			t.Fatalf("good request %d during the loop's burst: HTTP %d %+v after %v", n, code, r, time.Since(t0))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	good := goodLatencies(t, h, stop)
 	wg.Wait()
-	if slowest > 500*time.Millisecond {
+	if n, slowest := len(good), good[len(good)-1]; slowest > 500*time.Millisecond {
 		t.Errorf("the slowest of %d good requests took %v during the loop's burst", n, slowest)
 	}
 	_, metrics := h.get("/metrics")
@@ -209,4 +195,330 @@ func TestLimiterLaneKept(t *testing.T) {
 	if _, ok := l.pols["kept"]; !ok {
 		t.Error("the lane of a served policy was dropped")
 	}
+}
+
+// TestLimiterCoolDown: an evaluation that ran out of time starts a cool-down
+// of 9 times its cost (at least 1 s) during which the policy's requests, the
+// waiting ones included, are refused with errCoolingDown without a worker
+// (other policies are not affected); then one probe runs at a time; a probe
+// that runs out again doubles the cool-down (up to 2 minutes), one that ends
+// in time ends it.
+func TestLimiterCoolDown(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	var cools []time.Duration
+	l := newLimiter(2, 8, 1, 4, limiterHooks{cooldown: func(id string, d time.Duration) {
+		mu.Lock()
+		cools = append(cools, d)
+		mu.Unlock()
+	}})
+	l.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	ctx := context.Background()
+	isCooling := func(err error, left time.Duration) bool {
+		var c *coolingDown
+		return errors.As(err, &c) && errors.Is(err, errCoolingDown) && !errors.Is(err, errOverloaded) && c.left == left
+	}
+
+	if err := l.acquire(ctx, "loop", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// loop's second request waits (its share is 1 worker)
+	waited := make(chan error, 1)
+	go func() { waited <- l.acquire(ctx, "loop", 10*time.Second) }()
+	for deadline := time.Now().Add(5 * time.Second); l.queued() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if d := l.judge("loop", true, 2*time.Second); d != 18*time.Second {
+		t.Fatalf("cool-down after a 2 s timeout: %v, want 18s", d)
+	}
+	l.release("loop")
+	if err := <-waited; !isCooling(err, 18*time.Second) {
+		t.Fatalf("the waiting request: %v, want refused as cooling down for 18s", err)
+	}
+	if n := l.queued(); n != 0 {
+		t.Fatalf("%d still queued", n)
+	}
+	advance(17 * time.Second)
+	if err := l.acquire(ctx, "loop", time.Second); !isCooling(err, time.Second) || !strings.Contains(err.Error(), "for another 1s") {
+		t.Fatalf("during the cool-down: %v", err)
+	}
+	// the other policies have both workers
+	for _, id := range []string{"a", "b"} {
+		if err := l.acquire(ctx, id, time.Second); err != nil {
+			t.Fatalf("policy %s during the cool-down: %v", id, err)
+		}
+	}
+	l.release("a")
+	l.release("b")
+
+	advance(time.Second)
+	if err := l.acquire(ctx, "loop", time.Second); err != nil {
+		t.Fatalf("the probe after the cool-down: %v", err)
+	}
+	if err := l.acquire(ctx, "loop", time.Second); !isCooling(err, 0) || !strings.Contains(err.Error(), "trying it again now") {
+		t.Fatalf("beside the probe: %v", err)
+	}
+	if d := l.judge("loop", true, 2*time.Second); d != 36*time.Second {
+		t.Fatalf("after a second timeout in a row: %v, want 36s", d)
+	}
+	l.release("loop")
+	for range 3 {
+		advance(2 * time.Minute)
+		if err := l.acquire(ctx, "loop", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		l.judge("loop", true, 2*time.Second)
+		l.release("loop")
+	}
+	if d := cools[len(cools)-1]; d != 2*time.Minute {
+		t.Fatalf("the fifth cool-down in a row: %v, want the 2 minute cap", d)
+	}
+	advance(2 * time.Minute)
+	if err := l.acquire(ctx, "loop", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.judge("loop", false, time.Millisecond); d != 0 {
+		t.Fatal(d)
+	}
+	l.release("loop")
+	if err := l.acquire(ctx, "loop", time.Second); err != nil {
+		t.Fatalf("after a probe that ended in time: %v", err)
+	}
+	l.release("loop")
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []time.Duration{18 * time.Second, 36 * time.Second, 72 * time.Second, 2 * time.Minute, 2 * time.Minute, 0}; fmt.Sprint(cools) != fmt.Sprint(want) {
+		t.Errorf("cool-downs reported %v, want %v", cools, want)
+	}
+	// a memory blow-up costs little time: at least a second
+	if d := cooldownFor(1, 20*time.Millisecond); d != time.Second {
+		t.Errorf("after a 20 ms evaluation: %v", d)
+	}
+	// a policy whose timeout is long cools down for 9 times it, above the cap
+	if d := cooldownFor(3, 30*time.Second); d != 270*time.Second {
+		t.Errorf("after a third 30 s timeout: %v, want 270s", d)
+	}
+}
+
+// TestLoopingPolicyCoolsDown: 40 clients keep requests pending on a real
+// policy that loops until its deadline (1 s) for 5 s. After its first
+// timeout the policy cools down (9 s): every request to it is answered at
+// once with its failure answer (allowed: false, "cooling down"; allowed in
+// monitor mode), none waits or gets 503, and it runs no evaluation, so it
+// burns one deadline of CPU in 5 s instead of a worker the whole time (before,
+// throttled to one evaluation at a time, it ran 5 s of timeouts). Meanwhile a
+// healthy policy answers within its normal latency.
+func TestLoopingPolicyCoolsDown(t *testing.T) {
+	bad := wasmPath(t, "test/testdata/policies/misbehave")
+	pols := fmt.Sprintf("good:\n  module: %[1]s\nloop:\n  module: %[1]s\n  settings: {behaviour: loop}\n  timeoutEvalSeconds: 1\n"+
+		"watch:\n  module: %[1]s\n  settings: {behaviour: loop}\n  timeoutEvalSeconds: 1\n  policyMode: monitor\n", bad)
+	h := start(t, harnessOpts{policies: pols, loader: newTestLoader(t), options: func(o *config.Options) {
+		o.Workers, o.QueueSize, o.PolicyTimeout = 2, 40, 2*time.Second
+	}})
+	// the monitor-mode policy: its timeout and its cool-down are allowed
+	for i, want := range []string{"timed out", "cooling down"} {
+		code, r := h.review("/validate/watch", reviewFor(fmt.Sprintf("w%d", i), "CREATE", "default", pod(nil)))
+		if code != 200 || !r.Allowed || !strings.Contains(h.logs.String(), want) {
+			t.Fatalf("monitor-mode looping policy, request %d: HTTP %d allowed=%v, want allowed and %q logged", i, code, r.Allowed, want)
+		}
+	}
+
+	stop := time.Now().Add(5 * time.Second)
+	var mu sync.Mutex
+	answers := map[string]int{}
+	var slowRefusal time.Duration
+	var cooling atomic.Bool
+	wg := clients(40, stop, func(i, j int) {
+		t0 := time.Now()
+		after := cooling.Load()
+		code, body := h.post("/validate/loop", reviewFor(fmt.Sprintf("loop-%d-%d", i, j), "CREATE", "default", pod(nil)))
+		took := time.Since(t0)
+		kind := "HTTP " + fmt.Sprint(code)
+		switch {
+		case code != 200:
+		case strings.Contains(string(body), `"allowed":true`):
+			kind = "allowed"
+		case strings.Contains(string(body), "cooling down"):
+			kind = "cooling down"
+		case strings.Contains(string(body), "timed out"):
+			kind = "timed out"
+			cooling.Store(true)
+		}
+		mu.Lock()
+		answers[kind]++
+		if after {
+			answers["after the first timeout: "+kind]++
+			slowRefusal = max(slowRefusal, took)
+		}
+		mu.Unlock()
+		// a quick answer is followed by a pause (as Retry-After asks of a 503),
+		// so that the clients keep requests pending rather than race the HTTPS
+		// layer for the CPU (that is not the fairness measured here)
+		if took < 100*time.Millisecond {
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	time.Sleep(100 * time.Millisecond)
+	good := goodLatencies(t, h, stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	n, p90, slowest := len(good), good[len(good)*9/10], good[len(good)-1]
+	t.Logf("looping policy's answers: %v; good requests: %d, p90 %v, slowest %v; slowest answer after the first timeout %v", answers, n, p90, slowest, slowRefusal)
+	after := answers["after the first timeout: cooling down"]
+	if answers["timed out"] != 1 || after < 100 || answers["allowed"] != 0 {
+		t.Errorf("answers %v: want one evaluation timed out, then every request answered 'cooling down'", answers)
+	}
+	for k, v := range answers {
+		if strings.HasPrefix(k, "after the first timeout: ") && k != "after the first timeout: cooling down" {
+			t.Errorf("%d requests got %s after the first timeout, want the policy's failure answer", v, k)
+		}
+	}
+	// An answer that waited for the loop's evaluation (a worker, or the running
+	// one) takes its 1 s deadline or more; the rest is room for a loaded 2-CPU
+	// machine (load 16: 0.8 s seen for a request that did not wait).
+	if slowRefusal >= time.Second {
+		t.Errorf("an answer after the first timeout took %v: the cool-down answers at once", slowRefusal)
+	}
+	if p90 > 100*time.Millisecond || slowest >= time.Second {
+		t.Errorf("%d good requests beside the looping policy: p90 %v, slowest %v", n, p90, slowest)
+	}
+	_, metrics := h.get("/metrics")
+	spent := seriesValue(t, metrics, `tollgate_policy_evaluation_duration_seconds_sum{accepted="false",mode="protect",mutated="false",operation="CREATE",policy="loop"}`)
+	if d := seriesValue(t, metrics, `tollgate_policy_cooldown_seconds{policy="loop"}`); d < 9 || d > 18 {
+		t.Errorf("the looping policy's cool-down: %v s, want 9 times its evaluation (its 1 s deadline, and what a loaded machine adds)", d)
+	}
+	if spent > 1.5 {
+		t.Errorf("the looping policy ran %.1f s of evaluations in 5 s, want one deadline (1 s)", spent)
+	}
+	for _, want := range []string{
+		`tollgate_policy_cooldowns_total{policy="loop"} 1`,
+		`tollgate_policy_cooldowns_total{policy="watch"} 1`,
+		`tollgate_policy_evaluation_errors_total{policy="loop",reason="cooling_down"} ` + fmt.Sprint(answers["cooling down"]),
+	} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "tollgate_policy_"))
+		}
+	}
+}
+
+// seriesValue is the value of the series line, 0 when absent.
+func seriesValue(t *testing.T, metrics, series string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// TestReloadDropsPolicySeries: a reload that removes a policy removes its
+// per-policy metric series (evaluations, errors, queue, running, cool-down)
+// and its limiter lane once its last request is done; the series of the
+// policies still served stay. A policy whose new version is loaded by the
+// reload does not inherit the old version's cool-down.
+func TestReloadDropsPolicySeries(t *testing.T) {
+	bad := wasmPath(t, "test/testdata/policies/misbehave")
+	policies := func(names ...string) string {
+		var b strings.Builder
+		for _, n := range names {
+			behaviour := map[string]string{"keep": "accept", "gone": "loop", "fixed": "loop", "fixed2": "accept"}[n]
+			id := strings.TrimSuffix(n, "2")
+			fmt.Fprintf(&b, "%s:\n  module: %s\n  settings: {behaviour: %s}\n  timeoutEvalSeconds: 1\n", id, bad, behaviour)
+		}
+		return b.String()
+	}
+	h := start(t, harnessOpts{policies: policies("keep", "gone", "fixed"), loader: newTestLoader(t), options: func(o *config.Options) {
+		o.Workers = 2
+	}})
+	for _, id := range []string{"keep", "gone", "fixed"} {
+		h.review("/validate/"+id, reviewFor(id, "CREATE", "default", pod(nil)))
+	}
+	if _, r := h.review("/validate/fixed", reviewFor("f", "CREATE", "default", pod(nil))); r.Allowed || !strings.Contains(r.Status.Message, "cooling down") {
+		t.Fatalf("the looping policy before the reload: %+v", r.Status)
+	}
+	_, metrics := h.get("/metrics")
+	for _, series := range []string{
+		`tollgate_policy_evaluations_total{accepted="false",mode="protect",mutated="false",operation="CREATE",policy="gone"} 1`,
+		`tollgate_policy_evaluation_errors_total{policy="gone",reason="timeout"} 1`,
+		`tollgate_policy_evaluations_running{policy="gone"} 0`,
+		`tollgate_policy_cooldowns_total{policy="gone"} 1`,
+	} {
+		if !strings.Contains(metrics, series+"\n") {
+			t.Fatalf("before the reload, metrics lack %s:\n%s", series, grepLines(metrics, `policy="gone"`))
+		}
+	}
+
+	writeFile(t, h.pfile, policies("keep", "fixed2"))
+	if err := h.srv.Reload(context.Background(), "test", false); err != nil {
+		t.Fatal(err)
+	}
+	// the old set is retired once drained (at once: nothing is in flight)
+	for deadline := time.Now().Add(5 * time.Second); strings.Contains(metrics, `policy="gone"`) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		_, metrics = h.get("/metrics")
+	}
+	if strings.Contains(metrics, `policy="gone"`) {
+		t.Errorf("after the reload removed policy gone, its series stay:\n%s", grepLines(metrics, `policy="gone"`))
+	}
+	for _, series := range []string{
+		`tollgate_policy_evaluations_total{accepted="true",mode="protect",mutated="false",operation="CREATE",policy="keep"} 1`,
+		`tollgate_policy_evaluations_running{policy="keep"} 0`,
+	} {
+		if !strings.Contains(metrics, series+"\n") {
+			t.Errorf("after the reload, metrics lack %s:\n%s", series, grepLines(metrics, `policy="keep"`))
+		}
+	}
+	h.srv.lim.mu.Lock()
+	_, lane := h.srv.lim.pols["gone"]
+	h.srv.lim.mu.Unlock()
+	if lane {
+		t.Error("the removed policy's limiter lane was kept")
+	}
+	if _, r := h.review("/validate/fixed", reviewFor("f2", "CREATE", "default", pod(nil))); !r.Allowed {
+		t.Errorf("the new version of the policy that was cooling down: %+v, want it run (allowed)", r.Status)
+	}
+	if _, metrics = h.get("/metrics"); !strings.Contains(metrics, `tollgate_policy_cooldown_seconds{policy="fixed"} 0`+"\n") {
+		t.Errorf("fixed's cool-down after the reload:\n%s", grepLines(metrics, `cooldown`))
+	}
+}
+
+// goodLatencies sends requests to policy good, one every 20 ms until stop,
+// each of which must be allowed, and returns their latencies, sorted.
+func goodLatencies(t *testing.T, h *harness, stop time.Time) []time.Duration {
+	t.Helper()
+	var good []time.Duration
+	for n := 0; time.Now().Before(stop); n++ {
+		t0 := time.Now()
+		code, r := h.review("/validate/good", reviewFor(fmt.Sprintf("good-%d", n), "CREATE", "default", pod(nil)))
+		good = append(good, time.Since(t0))
+		if code != 200 || !r.Allowed {
+			t.Fatalf("good request %d beside the looping policy: HTTP %d %+v after %v", n, code, r, time.Since(t0))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	slices.Sort(good)
+	return good
+}
+
+// clients runs f(i, j) in n goroutines i, each calling it (j = 0, 1, ...)
+// until stop.
+func clients(n int, stop time.Time, f func(i, j int)) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; time.Now().Before(stop); j++ {
+				f(i, j)
+			}
+		}()
+	}
+	return &wg
 }

@@ -31,6 +31,8 @@ type metrics struct {
 	policyQueued    *prometheus.GaugeVec
 	policyRunning   *prometheus.GaugeVec
 	policyRejected  *prometheus.CounterVec
+	policyCooldowns *prometheus.CounterVec
+	policyCooldown  *prometheus.GaugeVec
 	limits          *prometheus.GaugeVec
 	bodyBytes       prometheus.Gauge
 }
@@ -147,6 +149,16 @@ func newMetrics() *metrics {
 		Help: "Requests to the policy (or group) answered 503 without a worker: queue_full (the server's queue), policy_queue_full (the policy's share of it), wait_expired (no worker within the policy timeout).",
 	}, []string{"policy", "reason"})
 	f(m.policyRejected)
+	m.policyCooldowns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_cooldowns_total",
+		Help: "Cool-downs the policy (or group) started: an evaluation ran out of time or memory, so its requests get its failure answer without running until the cool-down ends.",
+	}, []string{"policy"})
+	f(m.policyCooldowns)
+	m.policyCooldown = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tollgate_policy_cooldown_seconds",
+		Help: "Length of the policy's (or group's) current cool-down (9 times the evaluation that ran out, doubling while they keep running out, up to 2 minutes); 0 once an evaluation ended in time.",
+	}, []string{"policy"})
+	f(m.policyCooldown)
 	m.limits = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tollgate_server_limit",
 		Help: "The server's admission limits: workers, policy_workers (one policy's share), queue, policy_queue (one policy's share), request_bytes_in_flight, connections.",
@@ -172,4 +184,17 @@ func boolLabel(b bool) string {
 		return "true"
 	}
 	return "false"
+}
+
+// dropPolicy removes the series of a policy that serving no longer has
+// (labels never outlive their policy: a cluster whose policies come and go
+// with reloads would otherwise grow its series without bound).
+func (m *metrics) dropPolicy(id string) {
+	l := prometheus.Labels{"policy": id}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		m.evaluations, m.evalDuration, m.evalErrors, m.policyQueued, m.policyRunning,
+		m.policyRejected, m.policyCooldowns, m.policyCooldown,
+	} {
+		v.DeletePartialMatch(l)
+	}
 }

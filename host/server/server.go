@@ -260,6 +260,13 @@ func (s *Server) setStatus(r status.Reload) {
 func (s *Server) swap(set *policySet, trigger string) {
 	old := s.cur.Swap(set)
 	s.lim.prune(func(id string) bool { _, ok := set.entries[id]; return ok })
+	if old != nil {
+		for id, e := range set.entries {
+			if oe, ok := old.entries[id]; ok && !sameEvaluators(oe, e) {
+				s.lim.reset(id) // a new version does not inherit the old one's cool-down
+			}
+		}
+	}
 	s.m.generation.Set(float64(set.gen))
 	s.m.lastReload.SetToCurrentTime()
 	s.m.policyLoaded.Reset()
@@ -284,8 +291,43 @@ func (s *Server) swap(set *policySet, trigger string) {
 			<-prev
 		}
 		n := closeUnshared(context.Background(), old, set)
+		s.dropRemoved(old)
 		s.log.Debug("retired policy set", "generation", old.gen, "closed", n, "trigger", trigger)
 	}()
+}
+
+// dropRemoved forgets the policies of old, a drained set, that the serving
+// set does not have: their limiter lanes and metric series. It runs once old
+// drained since its last requests update both.
+func (s *Server) dropRemoved(old *policySet) {
+	cur := s.cur.Load()
+	serving := func(id string) bool { _, ok := cur.entries[id]; return ok }
+	s.lim.prune(serving)
+	for id := range old.entries {
+		if !serving(id) {
+			s.m.dropPolicy(id)
+		}
+	}
+}
+
+// sameEvaluators reports whether b serves a's loaded policy (or members),
+// as a reload that changed nothing about it does.
+func sameEvaluators(a, b *entry) bool {
+	if (a.unit == nil) != (b.unit == nil) {
+		return false
+	}
+	if a.unit != nil {
+		return a.unit.eval == b.unit.eval
+	}
+	if len(a.members) != len(b.members) || a.cfg.Group.Expression != b.cfg.Group.Expression {
+		return false
+	}
+	for n, u := range a.members {
+		if v, ok := b.members[n]; !ok || u.eval != v.eval {
+			return false
+		}
+	}
+	return true
 }
 
 // acquire returns the serving set with a reference the caller must release.

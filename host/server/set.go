@@ -166,12 +166,6 @@ type entry struct {
 	// pending counts the units still loading while build runs; the entry
 	// settles (err is set) when it reaches 0.
 	pending int
-
-	// throttleUntil (unix ns): after an evaluation that hit its deadline or
-	// memory limit, the policy runs one evaluation at a time until then, so
-	// a misbehaving policy cannot occupy every worker.
-	throttleUntil atomic.Int64
-	throttled     atomic.Int32 // evaluations running while throttled
 }
 
 // settle sets the entry's load error once its units' loads ended: a single

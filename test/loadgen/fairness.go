@@ -104,7 +104,7 @@ func fairLatency(b *bench, base string, client *http.Client, healthyBody []byte,
 				k := loopAnswer(loopClient, base+"/validate/looping", loopBody)
 				count(k)
 				// An answer that came back at once (503 with Retry-After: 1, or the
-				// throttled policy's error) is followed by a 1 s pause, as Retry-After asks,
+				// cooling-down policy's error) is followed by a 1 s pause, as Retry-After asks,
 				// so that the clients keep their requests pending rather than flood the
 				// server with TLS requests (a CPU contest on the HTTP layer, not the policy
 				// fairness measured here).
@@ -213,7 +213,9 @@ func loopAnswer(c *http.Client, url string, body []byte) string {
 	switch {
 	case resp.StatusCode != 200:
 		return "HTTP " + strconv.Itoa(resp.StatusCode)
-	case bytes.Contains(b, []byte("throttled")):
+	case bytes.Contains(b, []byte("cooling down")):
+		return "cooling down"
+	case bytes.Contains(b, []byte("throttled")): // before the cool-down
 		return "throttled"
 	case bytes.Contains(b, []byte("timed out")):
 		return "timed out"

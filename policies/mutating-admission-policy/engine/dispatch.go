@@ -212,7 +212,9 @@ func (e *Engine) patchOne(ctx context.Context, patcher patch.Patcher, mutation *
 			// convert it by reflection; typedFromUnstructured gives the same
 			// object through JSON, or declines.
 			var ok bool
-			if obj, ok = e.typedFromUnstructured(u, versioned.VersionedKind, versioned.GetKind()); !ok {
+			if obj, ok = e.spliceResult(versioned, u.Object, false); ok {
+				obj.GetObjectKind().SetGroupVersionKind(versioned.VersionedKind)
+			} else if obj, ok = e.typedFromUnstructured(u, versioned.VersionedKind, versioned.GetKind()); !ok {
 				fast.failed = true
 				return nil
 			}

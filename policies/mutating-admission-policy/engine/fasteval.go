@@ -370,6 +370,9 @@ func (e *Engine) decodePatched(content map[string]any, versioned *admission.Vers
 	if content["apiVersion"] != apiVersion || content["kind"] != kindName {
 		return nil, false
 	}
+	if obj, ok := e.spliceResult(versioned, content, true); ok {
+		return obj, true
+	}
 	b, err := marshalUnstructured(content)
 	if err != nil {
 		return nil, false
