@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"sort"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -200,7 +201,7 @@ func changeMap(rng *rand.Rand, c map[string]any, donor any) any {
 	if len(keys) == 0 {
 		return out
 	}
-	sortStrings(keys)
+	sort.Strings(keys)
 	k := keys[rng.Intn(len(keys))]
 	v, inC := c[k]
 	dv, inD := d[k]
@@ -237,12 +238,4 @@ func changeMap(rng *rand.Rand, c map[string]any, donor any) any {
 		delete(out, k)
 	}
 	return out
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
