@@ -50,6 +50,12 @@ type HostOptions struct {
 	// GuestLogDropped, when set, is called with the policy id for each log
 	// line of a guest dropped by its rate limit (see guestlog.go).
 	GuestLogDropped func(policy string)
+	// InstanceRecycleGrowth: a waPC instance whose linear memory grew by more
+	// than this many bytes during one call is closed after it and replaced
+	// when needed (wasm.PoolConfig.RecycleGrowth). Zero means
+	// wasm.DefaultRecycleGrowth; a negative value keeps instances whatever
+	// they grow to (up to the memory limit).
+	InstanceRecycleGrowth int64
 }
 
 // Host loads policies. Policies whose modules have the same digest and memory
@@ -61,6 +67,10 @@ type Host struct {
 
 	mu     sync.Mutex
 	shared map[sharedKey]*sharedPool
+
+	trim *trimmer
+	// recycle is HostOptions.InstanceRecycleGrowth as a PoolConfig.RecycleGrowth.
+	recycle uint64
 }
 
 // NewHost creates a Host.
@@ -73,7 +83,14 @@ func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Host{engine: e, logger: logger, logDropped: o.GuestLogDropped, shared: map[sharedKey]*sharedPool{}}, nil
+	h := &Host{engine: e, logger: logger, logDropped: o.GuestLogDropped, shared: map[sharedKey]*sharedPool{}, trim: newTrimmer()}
+	switch {
+	case o.InstanceRecycleGrowth == 0:
+		h.recycle = wasm.DefaultRecycleGrowth
+	case o.InstanceRecycleGrowth > 0:
+		h.recycle = uint64(o.InstanceRecycleGrowth)
+	}
+	return h, nil
 }
 
 // Modules is how many distinct compiled modules the host holds (policies
@@ -202,8 +219,12 @@ type Policy struct {
 }
 
 // Load compiles the module (or reuses it), starts an instance, and validates
-// the settings with the policy's validate_settings.
+// the settings with the policy's validate_settings. Shortly after the last of
+// a batch of loads returns, the host gives the heap they freed back to the OS
+// (runtime/debug.FreeOSMemory).
 func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
+	h.trim.start()
+	defer h.trim.done()
 	md, err := metadata.Read(s.Module)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
@@ -240,7 +261,7 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 		}
 		p.pool, p.shared = sp.pool, sp
 	} else {
-		pool, err := mod.NewPool(p.withHostCalls(ctx), size)
+		pool, err := mod.NewPoolConfig(p.withHostCalls(ctx), wasm.PoolConfig{Size: size, RecycleGrowth: h.recycle})
 		if err != nil {
 			mod.Release()
 			return nil, fmt.Errorf("policy %s: %w", s.ID, err)

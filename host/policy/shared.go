@@ -59,7 +59,7 @@ func (h *Host) acquirePool(ctx context.Context, mod *wasm.Module, size int, grou
 	h.shared[key] = sp
 	h.mu.Unlock()
 
-	sp.pool, sp.err = mod.NewPool(ctx, size)
+	sp.pool, sp.err = mod.NewPoolConfig(ctx, wasm.PoolConfig{Size: size, RecycleGrowth: h.recycle})
 	if sp.err != nil {
 		// Later loads start afresh rather than getting this error (it may be
 		// this load's deadline); the ones waiting get it.

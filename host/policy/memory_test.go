@@ -1,0 +1,72 @@
+package policy_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/internal/testfixture"
+)
+
+// bigPodRequest is an AdmissionRequest of about size bytes: a Pod with one
+// large annotation (issue 20's 3.1 MB bodies).
+func bigPodRequest(size int) []byte {
+	head := `{"request":{"uid":"big","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"name":"nginx","namespace":"default","operation":"CREATE","userInfo":{"username":"bench"},"object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nginx","namespace":"default","labels":{"owner":"me"},"annotations":{"big":"`
+	tail := `"}},"spec":{"containers":[{"name":"nginx","image":"nginx:1.27"}]}}}}`
+	return []byte(head + strings.Repeat("x", max(0, size-len(head)-len(tail))) + tail)
+}
+
+// TestInstanceMemoryReturnedAfterLargeRequest: a TinyGo policy grows its
+// memory by about 12 MB for a 3.1 MB object and would keep it for good; the
+// host closes that instance after the call (HostOptions.InstanceRecycleGrowth,
+// default 8 MiB), so the policy's instance memory is back to none, and the
+// next request starts a fresh instance. With recycling off it stays.
+func TestInstanceMemoryReturnedAfterLargeRequest(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name    string
+		growth  int64
+		recycle bool
+	}{
+		{"default", 0, true},
+		{"recycling off", -1, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler), InstanceRecycleGrowth: tt.growth})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = h.Close(ctx) })
+			p := load(t, h, policy.Spec{ID: "labels", Module: testfixture.Module(t, "examples/required-labels"),
+				Settings: json.RawMessage(`{"mandatory_labels":["owner"]}`), PoolSize: 1})
+			start := p.InstanceMemory()
+			if start <= 0 || start > 4<<20 {
+				t.Fatalf("instance memory after load %d bytes, want a few pages", start)
+			}
+			res, err := p.Validate(ctx, bigPodRequest(3_100_000))
+			if err != nil || !res.Response.Accepted {
+				t.Fatalf("large request: %v, %+v", err, res)
+			}
+			live, _ := p.Instances()
+			mem := p.InstanceMemory()
+			if tt.recycle && (live != 0 || mem != 0) {
+				t.Fatalf("after a 3.1 MB request: %d live instances, %d bytes of instance memory; want the grown instance closed", live, mem)
+			}
+			if !tt.recycle && (live != 1 || mem < start+8<<20) {
+				t.Fatalf("recycling off, after a 3.1 MB request: %d live, %d bytes; want the instance kept, grown", live, mem)
+			}
+			// Small requests afterwards are answered (by a fresh instance) and keep the memory small.
+			for range 3 {
+				if _, err := p.Validate(ctx, bigPodRequest(5000)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if mem := p.InstanceMemory(); tt.recycle && mem > 4<<20 {
+				t.Fatalf("after small requests on the fresh instance: %d bytes", mem)
+			}
+		})
+	}
+}
