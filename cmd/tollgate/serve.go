@@ -108,7 +108,8 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	logsDropped := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_policy_log_lines_dropped_total",
 		Help: "Log lines of a policy dropped because it logged above its rate limit."}, []string{"policy"})
 	host, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: o.CacheDir, Logger: logger,
-		GuestLogDropped: func(id string) { logsDropped.WithLabelValues(id).Inc() }})
+		GuestLogDropped:       func(id string) { logsDropped.WithLabelValues(id).Inc() },
+		InstanceRecycleGrowth: recycleGrowth(o.InstanceRecycleGrowth)})
 	if err != nil {
 		return err
 	}
@@ -502,4 +503,13 @@ func runDemo(w io.Writer, addr string, plain bool, caFile string, exiting bool) 
 	fmt.Fprintf(w, "\n%s\n  curl%s -H 'Content-Type: application/json' --data '%s' %s/validate_raw/raw-validation\n\n",
 		intro, cacert, `{"request":{"user":"mallory","action":"get","resource":"secrets/db"}}`, base)
 	return nil
+}
+
+// recycleGrowth is --instance-recycle-growth as policy.HostOptions wants it
+// (0, never, is negative there; 0 there is the default).
+func recycleGrowth(flag int64) int64 {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

@@ -18,6 +18,7 @@ func TestValidateLimits(t *testing.T) {
 		{func(o *Options) { o.PolicyQueueSize = -3 }, "--policy-queue-size=-3: invalid configuration: must be >= 0"},
 		{func(o *Options) { o.MaxRequestBytesInFlight = 1000 }, "--max-request-bytes-in-flight=1000: invalid configuration: must be 0 (the default) or at least --max-request-bytes (3145728)"},
 		{func(o *Options) { o.MaxConnections = 0 }, "--max-connections=0: invalid configuration: must be at least 1"},
+		{func(o *Options) { o.InstanceRecycleGrowth = -1 }, "--instance-recycle-growth=-1: invalid configuration: must be >= 0 (0: never)"},
 	} {
 		o := Defaults()
 		o.Workers = 2

@@ -42,6 +42,9 @@ type Options struct {
 	PolicyTimeout    time.Duration
 	MemoryLimitBytes int64
 	MaxRequestBytes  int64
+	// InstanceRecycleGrowth: an instance whose linear memory one evaluation
+	// grew by more than this is replaced after it (0: never).
+	InstanceRecycleGrowth int64
 	// PolicyWorkers and PolicyQueueSize: one policy's share of the workers
 	// and of the queue (0: the server's defaults); MaxRequestBytesInFlight:
 	// request body bytes read or evaluated at once (0: 4 x MaxRequestBytes);
@@ -74,23 +77,24 @@ type Options struct {
 // Defaults returns the default options (policy-server's where it has one).
 func Defaults() Options {
 	return Options{
-		Addr:               "0.0.0.0",
-		Port:               3000,
-		ReadinessProbePort: 8081,
-		Workers:            runtime.NumCPU(),
-		QueueSize:          0, // 0: 64 per worker, see EffectiveQueueSize
-		PolicyTimeout:      2 * time.Second,
-		MemoryLimitBytes:   256 << 20,
-		MaxRequestBytes:    3 << 20, // the Kubernetes API server's own request limit is 3 MiB
-		MaxConnections:     256,
-		ReadTimeout:        10 * time.Second,
-		WriteTimeout:       30 * time.Second,
-		ShutdownTimeout:    30 * time.Second,
-		ShutdownDelay:      3 * time.Second,
-		Watch:              true,
-		LogLevel:           "info",
-		LogFmt:             "text",
-		PoliciesEndpoint:   PoliciesOnProbe,
+		Addr:                  "0.0.0.0",
+		Port:                  3000,
+		ReadinessProbePort:    8081,
+		Workers:               runtime.NumCPU(),
+		QueueSize:             0, // 0: 64 per worker, see EffectiveQueueSize
+		PolicyTimeout:         2 * time.Second,
+		MemoryLimitBytes:      256 << 20,
+		InstanceRecycleGrowth: 8 << 20,
+		MaxRequestBytes:       3 << 20, // the Kubernetes API server's own request limit is 3 MiB
+		MaxConnections:        256,
+		ReadTimeout:           10 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		ShutdownTimeout:       30 * time.Second,
+		ShutdownDelay:         3 * time.Second,
+		Watch:                 true,
+		LogLevel:              "info",
+		LogFmt:                "text",
+		PoliciesEndpoint:      PoliciesOnProbe,
 	}
 }
 
@@ -127,6 +131,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.QueueSize, "queue-size", o.QueueSize, "requests that may wait for a worker before the server answers 503 (0: 64 per worker)")
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "evaluation deadline per request, host calls included (a policy's timeoutEvalSeconds overrides it)")
 	fs.Int64Var(&o.MemoryLimitBytes, "policy-memory-limit", o.MemoryLimitBytes, "linear memory limit per policy instance, in bytes")
+	fs.Int64Var(&o.InstanceRecycleGrowth, "instance-recycle-growth", o.InstanceRecycleGrowth, "an instance whose linear memory one evaluation grew by more than this many bytes is replaced after it, giving the memory back (0: never)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted; larger ones get 413")
 	fs.IntVar(&o.PolicyWorkers, "policy-workers", o.PolicyWorkers, "evaluations of one policy (or group) running at once, so that the others keep workers (0: all workers but a quarter, at least 1)")
 	fs.IntVar(&o.PolicyQueueSize, "policy-queue-size", o.PolicyQueueSize, "requests to one policy (or group) that may wait for a worker; beyond, 503 (0: half of --queue-size)")
@@ -248,6 +253,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MemoryLimitBytes < 1<<20 {
 		bad("policy-memory-limit", o.MemoryLimitBytes, "must be at least 1 MiB")
+	}
+	if o.InstanceRecycleGrowth < 0 {
+		bad("instance-recycle-growth", o.InstanceRecycleGrowth, "must be >= 0 (0: never)")
 	}
 	if o.MaxRequestBytes < 1024 {
 		bad("max-request-bytes", o.MaxRequestBytes, "must be at least 1024")
