@@ -482,7 +482,7 @@ type loopResult struct {
 // changed something and compare, as Gatekeeper compares the objects.
 func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint int, sc *Scratch, fast bool) (loopResult, error) {
 	maxIterations := len(s.muts) + 1
-	var applied []string
+	var applied []int          // the mutators that applied in the iteration
 	var first, old, cur []byte // the object at the iteration's start and end (AppendTyped)
 	next := 1                  // the Scratch buffer cur takes when it needs a new one
 	semantic := false          // fast: a write of the first iteration changed the JSON value
@@ -518,8 +518,12 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 			changed = changed || mu.Changed
 			sem = sem || mu.Semantic
 			if did {
-				applied = append(applied, m.ID())
-				mo = matchObject(obj)
+				applied = append(applied, i)
+				if mu.Changed && m.ChangesMatchedFields() {
+					// Read again what matching reads; a mutation elsewhere
+					// leaves it as it is.
+					mo = matchObject(obj)
+				}
 			}
 			if err != nil {
 				return loopResult{}, errors.New("mutation for mutator " + m.GKID() + " failed for " + describe(mo) + ": " + err.Error())
@@ -559,7 +563,16 @@ func (s *System) loop(obj *jsonv.Value, ns *match.Namespace, op string, sizeHint
 		old, cur = cur, old
 	}
 	return loopResult{}, notConverging{msg: ErrNotConverging.Error() + ": mutation not converging for " + describe(mo) +
-		" (after " + itoa(maxIterations) + " iterations; mutators applied in the last one: " + strings.Join(applied, ", ") + ")"}
+		" (after " + itoa(maxIterations) + " iterations; mutators applied in the last one: " + s.joinIDs(applied) + ")"}
+}
+
+// joinIDs lists the mutators at indexes idx as "Kind/name, ...".
+func (s *System) joinIDs(idx []int) string {
+	ids := make([]string, len(idx))
+	for j, i := range idx {
+		ids[j] = s.muts[i].ID()
+	}
+	return strings.Join(ids, ", ")
 }
 
 type notConverging struct{ msg string }

@@ -131,7 +131,7 @@ func (d *doc) check(i, depth int) (int, bool) {
 	case c == 'n':
 		return checkLiteral(b, i, "null")
 	case c == '-' || (c >= '0' && c <= '9'):
-		return d.checkNumber(i)
+		return checkNumber(b, i)
 	}
 	return 0, false
 }
@@ -180,9 +180,11 @@ func checkString(b []byte, i int) (int, bool) {
 // checkNumber returns the end of the number at b[i], refusing what the
 // parser refuses: a literal strconv.ParseFloat finds out of range. Only a
 // literal with an exponent or of 300 bytes or more can be.
-func (d *doc) checkNumber(i int) (int, bool) {
-	b := d.p.d
+func checkNumber(b []byte, i int) (int, bool) {
 	start, exp := i, false
+	if i >= len(b) {
+		return 0, false
+	}
 	if b[i] == '-' {
 		i++
 	}

@@ -107,6 +107,23 @@ func (p *parser) skip(depth int) error {
 	case c == '"':
 		return p.skipStr()
 	}
+	// A literal or a number, checked without making a Value (which would
+	// cut a slab of them from the heap); the parser says what is wrong.
+	end, ok := 0, false
+	switch c := p.d[p.i]; {
+	case c == 't':
+		end, ok = checkLiteral(p.d, p.i, "true")
+	case c == 'f':
+		end, ok = checkLiteral(p.d, p.i, "false")
+	case c == 'n':
+		end, ok = checkLiteral(p.d, p.i, "null")
+	default:
+		end, ok = checkNumber(p.d, p.i)
+	}
+	if ok {
+		p.i = end
+		return nil
+	}
 	_, err := p.value(depth)
 	return err
 }

@@ -95,6 +95,21 @@ func (m *Mutator) TerminalType() string {
 	return TerminalUnknown
 }
 
+// ChangesMatchedFields reports whether the mutator's location may reach
+// what matching reads of an object (apiVersion, kind, metadata): the
+// system loop reads those again after a mutation that changed the object
+// only when it may have.
+func (m *Mutator) ChangesMatchedFields() bool {
+	if len(m.Path.Nodes) == 0 || m.Path.Nodes[0].Type != parser.ObjectNode {
+		return true
+	}
+	switch m.Path.Nodes[0].Reference {
+	case "apiVersion", "kind", "metadata":
+		return true
+	}
+	return false
+}
+
 // MustTerminate: AssignImage's string must be the end of the path.
 func (m *Mutator) MustTerminate() bool { return m.Kind == KindAssignImage }
 
@@ -433,13 +448,13 @@ func (m *Mutator) Mutate(mu *Mutable) (bool, error) {
 				v = jsonv.NewString(mu.Name)
 			}
 		default:
-			v = m.Value.DeepCopy()
+			v = copyValue(m.Value)
 		}
 		s = defaultSetter{value: v}
 	case KindModifySet:
 		vals := make([]*jsonv.Value, len(m.Values))
 		for i, v := range m.Values {
-			vals[i] = v.DeepCopy()
+			vals[i] = copyValue(v)
 		}
 		if m.ValuesNil {
 			vals = nil
@@ -452,6 +467,17 @@ func (m *Mutator) Mutate(mu *Mutable) (bool, error) {
 	mu.Changed = mu.Changed || changed
 	mu.Semantic = mu.Semantic || semantic
 	return mutated, err
+}
+
+// copyValue is a copy of a mutator's value for one mutation: a deep copy
+// of an object or an array (the object's writes change those in place),
+// the value itself for anything else (nothing changes a string, number,
+// bool or null Value in place: writes replace them).
+func copyValue(v *jsonv.Value) *jsonv.Value {
+	if v != nil && (v.K == jsonv.Object || v.K == jsonv.Array) {
+		return v.DeepCopy()
+	}
+	return v
 }
 
 type defaultSetter struct{ value *jsonv.Value }
@@ -484,7 +510,7 @@ func (s setSetter) SetValue(obj *jsonv.Obj, key string) error {
 			} else {
 				c := make([]*jsonv.Value, len(s.values))
 				for i, v := range s.values {
-					c[i] = v.DeepCopy()
+					c[i] = copyValue(v)
 				}
 				obj.Set(key, jsonv.NewArray(c))
 			}
