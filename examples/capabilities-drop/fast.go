@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	kubewarden "github.com/kubewarden/policy-sdk-go"
 	"github.com/tollgate-dev/tollgate/sdk/fastjson"
@@ -57,10 +58,9 @@ func validate(payload []byte) ([]byte, error) {
 	ed := fastjson.NewEditor(pod)
 	spec := pod.Get("spec")
 	for _, field := range containerFields {
-		spec.Get(field).ForEach(func(_ int, container fastjson.Value) bool {
-			dropFromContainerJSON(ed, container)
-			return true
-		})
+		for it := spec.Get(field).Iter(); it.Next(); {
+			dropFromContainerJSON(ed, it.Value())
+		}
 	}
 	if !ed.Changed() {
 		return kubewarden.AcceptRequest()
@@ -85,36 +85,76 @@ func dropFromContainerJSON(ed *fastjson.Editor, container fastjson.Value) {
 		ed.Set(capabilities, "drop", droppedCapabilityArrayJSON)
 		return
 	}
-	dropped := false
-	drop.ForEach(func(_ int, d fastjson.Value) bool {
-		dropped = d.Equals(droppedCapability)
-		return !dropped
-	})
-	if !dropped {
-		ed.Append(drop, droppedCapabilityJSON)
+	for it := drop.Iter(); it.Next(); {
+		if it.Value().Equals(droppedCapability) {
+			return
+		}
 	}
+	ed.Append(drop, droppedCapabilityJSON)
 }
 
 // plainObject reports whether v is an object in which each of fields, matched as encoding/json
 // matches struct fields (case-insensitively), appears at most once and spelled exactly; only then
 // does reading it with fastjson give what decoding it into validateDecoded's struct gives.
+//
+// It walks with Iter and compares plain ASCII keys in place: a callback and a decoded string per
+// key were allocations, and allocating is what a TinyGo guest pays most for.
 func plainObject(v fastjson.Value, fields ...string) bool {
 	if v.Kind() != fastjson.Object {
 		return false
 	}
 	var seen [4]int
-	ok := true
-	v.ForEachMember(func(k, _ fastjson.Value) bool {
-		key, _ := k.Str()
+	for it := v.Iter(); it.Next(); {
+		k := it.Key()
 		for i, f := range fields {
-			if strings.EqualFold(key, f) {
+			fold, exact := keyMatches(k, f)
+			if fold {
 				seen[i]++
-				if key != f || seen[i] > 1 {
-					ok = false
+				if !exact || seen[i] > 1 {
+					return false
 				}
 			}
 		}
-		return ok
-	})
-	return ok
+	}
+	return true
+}
+
+// keyMatches compares object key k with field f (ASCII, as the struct's field names are) the way
+// encoding/json matches a key to a struct field: fold is strings.EqualFold of the key's text and
+// f, exact whether the text is f. A key of plain ASCII bytes is compared where it lies; one with
+// an escape or a byte from 0x80 on (whose text may fold to an ASCII field, as the Kelvin sign
+// folds to k) is decoded first.
+func keyMatches(k fastjson.Value, f string) (fold, exact bool) {
+	body := k.Raw()
+	if len(body) < 2 {
+		return false, false
+	}
+	body = body[1 : len(body)-1]
+	for _, c := range body {
+		if c == '\\' || c >= utf8.RuneSelf {
+			text, _ := k.Str()
+			return strings.EqualFold(text, f), text == f
+		}
+	}
+	if len(body) != len(f) {
+		return false, false
+	}
+	exact = true
+	for i, c := range body {
+		if c != f[i] {
+			exact = false
+			if lower(c) != lower(f[i]) {
+				return false, false
+			}
+		}
+	}
+	return true, exact
+}
+
+// lower is c in lower case when it is an ASCII letter.
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }

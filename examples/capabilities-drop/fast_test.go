@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 // checkSameAnswer fails unless validate (sdk/fastjson) and validateDecoded (encoding/json) give
@@ -89,6 +92,9 @@ func FuzzFastMatchesDecoded(f *testing.F) {
 		`{"request": {"kind": {"kind": "Pod"}, "object": null}}`,
 		`{"request": {"kind": null, "object": {}}}`,
 		`{"request": 42}`,
+		`{"reque\u017ft": {"kind": {"kind": "Pod"}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"]}}}]}}}}`,
+		`{"request": {"\u212aind": {"kind": "Pod"}, "kind": {"kind": "Pod"}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"]}}}]}}}}`,
+		`{"request": {"kInd": {"kind": "Pod"}, "OBJECT": {}, "object": {"spec": {"containers": [{"securityContext": {"capabilities": {"add": ["A"]}}}]}}}}`,
 		`null`,
 	} {
 		f.Add([]byte(s))
@@ -129,5 +135,31 @@ func TestValidateKeepsItsBuffers(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if perCall := (after.TotalAlloc - before.TotalAlloc) / runs; perCall > uint64(len(payload)/10) {
 		t.Fatalf("a call allocates %d bytes, want less than %d (a tenth of the %d-byte payload)", perCall, len(payload)/10, len(payload))
+	}
+}
+
+// TestKeyMatches compares keyMatches with strings.EqualFold and == on the decoded key, for keys
+// that are plain ASCII, escaped, or non-ASCII text folding to an ASCII letter (the Kelvin sign
+// and the long s).
+func TestKeyMatches(t *testing.T) {
+	keys := []string{`"kind"`, `"Kind"`, `"KIND"`, `"kinds"`, `"kin"`, `"k\u0069nd"`, `"\u212aind"`, `"\u212Aind"`,
+		`"reque\u017ft"`, `"requeſt"`, `"Object"`, `"object"`, `"obj\"ect"`, `""`, `"é"`, `"KİND"`, `"request"`}
+	for _, raw := range keys {
+		root, err := fastjson.Parse([]byte("{" + raw + ":1}"))
+		if err != nil {
+			t.Fatal(raw, err)
+		}
+		it := root.Iter()
+		it.Next()
+		var text string
+		if err := json.Unmarshal([]byte(raw), &text); err != nil {
+			t.Fatal(raw, err)
+		}
+		for _, f := range []string{"kind", "request", "object"} {
+			fold, exact := keyMatches(it.Key(), f)
+			if fold != strings.EqualFold(text, f) || exact != (text == f) {
+				t.Errorf("keyMatches(%s, %q) = %v, %v; want %v, %v", raw, f, fold, exact, strings.EqualFold(text, f), text == f)
+			}
+		}
 	}
 }

@@ -64,8 +64,10 @@ func (e *Editor) Append(a Value, raw []byte) {
 	if !e.check(a, Array) {
 		return
 	}
-	last := -1
-	a.ForEach(func(_ int, elem Value) bool { last = elem.e; return true })
+	last := -1 // a loop, not ForEach: TinyGo allocates a callback that captures last
+	for it := a.Iter(); it.Next(); {
+		last = it.Value().e
+	}
 	if last < 0 { // empty: insert before ']'
 		e.edits = append(e.edits, edit{s: a.e - 1, e: a.e - 1, text: raw})
 		return
@@ -84,13 +86,12 @@ func (e *Editor) Set(o Value, key string, raw []byte) {
 	}
 	var found Value
 	last := -1
-	o.ForEachMember(func(k, v Value) bool {
-		if k.Equals(key) {
-			found = v
+	for it := o.Iter(); it.Next(); {
+		if it.Key().Equals(key) {
+			found = it.Value()
 		}
-		last = v.e
-		return true
-	})
+		last = it.Value().e
+	}
 	if found.Exists() {
 		e.edits = append(e.edits, edit{s: found.s, e: found.e, text: raw})
 		return

@@ -1,9 +1,6 @@
 package fastjson
 
-import (
-	"encoding/binary"
-	"math"
-)
+import "math"
 
 // maxDepth is encoding/json's nesting limit.
 const maxDepth = 10000
@@ -166,7 +163,15 @@ func (s *scanner) str(i int) (int, bool) {
 	start := i
 	escaped := false
 	for i++; ; i++ {
-		for i+8 <= len(b) && plainRun(binary.LittleEndian.Uint64(b[i:])) {
+		for i+8 <= len(b) {
+			// le64(b, i), written out: TinyGo calls even a small function,
+			// and this loop runs once per eight bytes of every string.
+			r := b[i : i+8]
+			x := uint64(r[0]) | uint64(r[1])<<8 | uint64(r[2])<<16 | uint64(r[3])<<24 |
+				uint64(r[4])<<32 | uint64(r[5])<<40 | uint64(r[6])<<48 | uint64(r[7])<<56
+			if !plainRun(x) {
+				break
+			}
 			i += 8
 		}
 		for i < len(b) && !stopsString[b[i]] {
@@ -258,18 +263,23 @@ var isSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
 // SkipSpace returns the offset of the first byte from b[i] on that is not
 // JSON whitespace (len(b) when there is none).
 func SkipSpace(b []byte, i int) int {
-	for i < len(b) {
+	for i < len(b) && isSpace[b[i]] {
 		// Indentation: eight spaces at a time.
-		if i+8 <= len(b) && binary.LittleEndian.Uint64(b[i:]) == 0x2020202020202020 {
+		if b[i] == ' ' && i+8 <= len(b) && le64(b, i) == 0x2020202020202020 {
 			i += 8
 			continue
-		}
-		if !isSpace[b[i]] {
-			break
 		}
 		i++
 	}
 	return i
+}
+
+// le64 is the eight bytes b[i:i+8] as a little-endian number, as
+// binary.LittleEndian.Uint64(b[i:]) is (Go's compiler makes both one load).
+func le64(b []byte, i int) uint64 {
+	b = b[i : i+8]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // The SWAR tests below look at eight bytes at once (x is eight bytes, little

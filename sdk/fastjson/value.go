@@ -297,16 +297,31 @@ func (v Value) Str() (string, bool) {
 }
 
 // Equals reports whether v is a String whose text is s. It allocates
-// nothing when the string has no escapes.
+// nothing when the string has no escapes (in TinyGo too).
 func (v Value) Equals(s string) bool {
 	if v.Kind() != String {
 		return false
 	}
 	body := v.d.b[v.s+1 : v.e-1]
 	if plain(body) {
-		return string(body) == s
+		return equalBytes(body, s)
 	}
 	return string(unquote(body)) == s
+}
+
+// equalBytes is string(b) == s without the conversion, which TinyGo
+// compiles to an allocation and a copy (Go's compiler does not): a guest
+// compares a key this way for every member it looks up.
+func equalBytes(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		if b[i] != s[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Bool is the value of true or false.
