@@ -211,7 +211,7 @@ func (s *scanner) str(i int) (int, bool) {
 }
 
 func literalEnd(b []byte, i int, lit string) (int, bool) {
-	if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != lit {
+	if len(b)-i < len(lit) || !equalBytes(b[i:i+len(lit)], lit) { // not string(...) != lit: TinyGo allocates it
 		return 0, false
 	}
 	return i + len(lit), true
