@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 )
 
 //go:embed modules
@@ -56,12 +58,23 @@ func Module(name string) ([]byte, error) {
 	return nil, fmt.Errorf("%w %q (built-in modules: %s)", ErrNotBuiltin, name, strings.Join(Known, ", "))
 }
 
-// readEmbedded copies an embedded file out, 1 MB at a time: embed.FS.ReadFile
-// copies it in one memmove (the MAP module: 66 MB, with a page fault per page
-// on both sides), which the garbage collector cannot preempt, so that a
-// collection starting meanwhile keeps the other cores spinning until it ends
-// (0.8 s of CPU at serve's start, measured).
+// readEmbedded returns an embedded file's bytes: the binary's own read-only
+// data where it can reach them (embeddedView), so that a start neither copies
+// the MutatingAdmissionPolicy module (66 MB of heap, and every page of it
+// resident) nor touches the pages a warm load does not read; otherwise a
+// copy, 1 MB at a time: embed.FS.ReadFile copies in one memmove (with a page
+// fault per page on both sides), which the garbage collector cannot preempt,
+// so that a collection starting meanwhile kept the other cores spinning
+// until it ended (0.8 s of CPU at serve's start, measured).
+//
+// The bytes are read-only memory: writing to them crashes the process. No
+// reader of a module writes to it (host/wasm, host/metadata and the loaders
+// build new slices for anything they change); host/policy's
+// TestBuiltinLoadsInPlace loads both built-ins, cold and warm, from the view.
 func readEmbedded(path string) ([]byte, error) {
+	if b, ok := embeddedView(path); ok {
+		return b, nil
+	}
 	f, err := modules.Open(path)
 	if err != nil {
 		return nil, err
@@ -83,6 +96,40 @@ func readEmbedded(path string) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// embeddedView is the embedded file's data in place. embed.FS keeps each
+// file as a string in the binary's read-only data, and offers no way to it
+// but copies; reflect reads the unexported fields (FS.files *[]file, file
+// {name, data string}) without copying. When the layout is not that one (a
+// later Go), it answers false and the file is copied.
+func embeddedView(path string) ([]byte, bool) {
+	v := reflect.ValueOf(&modules).Elem()
+	if v.Kind() != reflect.Struct || v.NumField() != 1 || v.Type().Field(0).Name != "files" {
+		return nil, false
+	}
+	files := v.Field(0)
+	if files.Kind() != reflect.Pointer || files.IsNil() || files.Elem().Kind() != reflect.Slice {
+		return nil, false
+	}
+	list := files.Elem()
+	ft := list.Type().Elem()
+	if ft.Kind() != reflect.Struct || ft.NumField() < 2 || ft.Field(0).Name != "name" || ft.Field(1).Name != "data" ||
+		ft.Field(0).Type.Kind() != reflect.String || ft.Field(1).Type.Kind() != reflect.String {
+		return nil, false
+	}
+	for i := 0; i < list.Len(); i++ {
+		f := list.Index(i)
+		if f.Field(0).String() != path {
+			continue
+		}
+		data := f.Field(1).String()
+		if len(data) == 0 {
+			return nil, false
+		}
+		return unsafe.Slice(unsafe.StringData(data), len(data)), true
+	}
+	return nil, false
 }
 
 // Digest is the sha256 digest ("sha256:<hex>") of the built-in module name,

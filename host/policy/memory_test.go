@@ -6,7 +6,11 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/host/builtin"
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
@@ -68,5 +72,47 @@ func TestInstanceMemoryReturnedAfterLargeRequest(t *testing.T) {
 				t.Fatalf("after small requests on the fresh instance: %d bytes", mem)
 			}
 		})
+	}
+}
+
+// TestBuiltinLoadsInPlace: the built-in modules come as the binary's
+// read-only embedded bytes (host/builtin), where a write crashes the process:
+// both load cold (instrumented and compiled from those bytes) and warm (from
+// the load cache), and answer.
+func TestBuiltinLoadsInPlace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles the MutatingAdmissionPolicy module (tens of seconds)")
+	}
+	ctx := context.Background()
+	settings := map[string]string{
+		"mutating-admission-policy": "policies/mutating-admission-policy/testdata/sidecar-settings.yml",
+		"gatekeeper-mutation":       "policies/gatekeeper-mutation/testdata/settings-bench.yaml",
+	}
+	pod := testfixture.File(t, "test/testdata/reviews/pod.json")
+	cache := t.TempDir()
+	for _, name := range builtin.Names() {
+		for _, run := range []string{"cold", "warm"} {
+			mod, err := builtin.Module(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := yaml.YAMLToJSON(testfixture.File(t, settings[name]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: cache, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := h.Load(ctx, policy.Spec{ID: name, Module: mod, Settings: s, Timeout: time.Minute})
+			if err != nil {
+				t.Fatalf("%s, %s: %v", name, run, err)
+			}
+			if _, err := p.Validate(ctx, pod); err != nil {
+				t.Fatalf("%s, %s: %v", name, run, err)
+			}
+			p.Close(ctx)
+			_ = h.Close(ctx)
+		}
 	}
 }

@@ -71,9 +71,9 @@ type Engine struct {
 	instrument bool
 	workers    int
 	loads      loadCache
-	// instrumented and stubHits count wasmbin.Instrument runs and modules
-	// started from a stub in the load cache (for tests).
-	instrumented, stubHits atomic.Int64
+	// instrumented, stubHits and screens count wasmbin.Instrument runs,
+	// modules started from a stub in the load cache and Screen runs (for tests).
+	instrumented, stubHits, screens atomic.Int64
 
 	mu      sync.Mutex
 	modules map[moduleKey]*moduleEntry
@@ -234,8 +234,24 @@ func (e *Engine) release(key moduleKey, ent *moduleEntry) {
 }
 
 func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, exports []wasmbin.Export) (*compiledModule, error) {
-	if err := Screen(wasm); err != nil { // once per digest, not per reference
-		return nil, err
+	// Screen once per digest, not per reference; and not at all for a
+	// module started from its stub, which a load that screened it stored
+	// (screenedBy): Screen reads every function body (41 MB of code in the
+	// MutatingAdmissionPolicy module), which a warm load otherwise never
+	// touches.
+	screened := false
+	screen := func() error {
+		if screened {
+			return nil
+		}
+		screened = true
+		e.screens.Add(1)
+		return Screen(wasm)
+	}
+	if !e.instrument || !e.loads.enabled() {
+		if err := screen(); err != nil {
+			return nil, err
+		}
 	}
 	logger := e.logger.With("module", key.digest[:19])
 	newModule := func(wm wapc.Module, interrupt string, cache wazero.CompilationCache) *compiledModule {
@@ -278,8 +294,21 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		}
 	}
 	start := time.Now()
+	if mcache == nil {
+		if err := screen(); err != nil {
+			return nil, err
+		}
+	}
 	if mcache != nil {
 		stub, err := getStub(dir)
+		if err == nil && !screenedBy(dir) {
+			// Stored before markers, or by a build whose Screen was another.
+			if err := screen(); err != nil {
+				_ = mcache.Close(ctx)
+				return nil, err
+			}
+			markScreened(dir, logger)
+		}
 		if err == nil {
 			wm, err := e.newWapcModule(cacheOnlyContext(ctx), stub, mcache, wasmbin.InterruptGlobal, logger)
 			if err == nil {
@@ -302,6 +331,13 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		}
 	}
 
+	if err := screen(); err != nil {
+		if mcache != nil {
+			_ = mcache.Close(ctx)
+			removeEmptyDirs(dir)
+		}
+		return nil, err
+	}
 	if len(wasm) >= slowCompileBytes {
 		// Seconds of silence otherwise (the MutatingAdmissionPolicy module: 11-20 s).
 		logger.Info("compiling the module; this takes a while for its size", "bytes", len(wasm), "cached_for_next_load", mcache != nil)
@@ -350,6 +386,8 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	if mcache != nil {
 		if err := e.storeStub(ctx, dir, code, logger); err != nil {
 			logger.Warn("cannot store the module in the load cache; the next load compiles it again", "dir", dir, "error", err)
+		} else {
+			markScreened(dir, logger)
 		}
 	}
 	logger.Debug("module instrumented and compiled", "took", compiled.Sub(start), "cache_entry_took", time.Since(compiled))

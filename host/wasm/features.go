@@ -44,6 +44,11 @@ func NewRuntimeConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
 	return rc
 }
 
+// ScreenVersion numbers what Screen refuses: raise it whenever Screen
+// refuses more, so that load-cache entries of modules screened before are
+// screened again (a warm load from a marked entry skips Screen).
+const ScreenVersion = 1
+
 // Screen refuses, before wazero compiles it, a module that wazero would
 // compile into something other than its code: one with a `select` typed
 // with a typed reference (wasmbin.TypedRefSelect). Every execution mode calls

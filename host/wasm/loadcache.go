@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -147,6 +148,21 @@ func removeEmptyDirs(dir string) {
 
 // removeStub deletes the stub of a module directory, ignoring errors.
 func removeStub(dir string) { _ = os.Remove(filepath.Join(dir, stubFileName)) }
+
+// screenedName marks a module directory whose module passed Screen as of
+// ScreenVersion: a warm load from its stub then skips Screen.
+func screenedName() string { return "screened-v" + strconv.Itoa(ScreenVersion) }
+
+func screenedBy(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, screenedName()))
+	return err == nil
+}
+
+func markScreened(dir string, logger *slog.Logger) {
+	if err := writeAtomic(filepath.Join(dir, screenedName())); err != nil {
+		logger.Debug("cannot mark the module screened in the load cache; the next load screens it again", "dir", dir, "error", err)
+	}
+}
 
 // isHex64 reports whether s is 64 lower-case hex digits: the hex of a
 // sha256 digest, and the name of every entry of wazero's compilation cache.

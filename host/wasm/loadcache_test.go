@@ -487,3 +487,48 @@ func TestLinkCompiledTwiceLeavesNoTemporaryLink(t *testing.T) {
 		t.Fatalf("stub's link: %q, %v", b, err)
 	}
 }
+
+// TestWarmLoadSkipsScreen: a module started from its stub is not screened
+// again (Screen reads every function body: 41 MB of the MAP module's pages
+// that a warm load otherwise leaves untouched) when its entry is marked as
+// screened by this ScreenVersion; an entry without the mark (written before
+// marks, or by a build with another ScreenVersion) is screened once, then
+// marked.
+func TestWarmLoadSkipsScreen(t *testing.T) {
+	ctx := context.Background()
+	mod := testfixture.Module(t, "examples/required-labels")
+	dir := t.TempDir()
+	load := func() (screens, hits int64) {
+		t.Helper()
+		e, err := NewEngine(ctx, Config{CacheDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close(ctx)
+		m, err := e.Compile(ctx, mod, ModuleConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Release()
+		return e.screens.Load(), e.stubHits.Load()
+	}
+	if s, h := load(); s != 1 || h != 0 {
+		t.Fatalf("cold load: %d screens, %d stub loads; want 1, 0", s, h)
+	}
+	marker := filepath.Join(moduleDir(t, dir, mod), screenedName())
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("no screened mark after a cold load: %v", err)
+	}
+	if s, h := load(); s != 0 || h != 1 {
+		t.Fatalf("warm load: %d screens, %d stub loads; want 0, 1", s, h)
+	}
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	if s, h := load(); s != 1 || h != 1 {
+		t.Fatalf("warm load without the mark: %d screens, %d stub loads; want 1, 1", s, h)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the unmarked entry was not marked after its screen: %v", err)
+	}
+}

@@ -97,6 +97,7 @@ func scale(args []string) error {
 	cacheDir := fs.String("cache-dir", "", "compilation cache (default: a new temporary directory, so the first start is cold)")
 	extra := fs.String("serve-args", "", "extra arguments for tollgate serve, space-separated")
 	hold := fs.Duration("hold", 0, "keep the last warm server running this long (its PID printed), to inspect it")
+	settle := fs.Duration("settle", time.Second, "after a warm start, measure the memory again this much later (the server gives back what loading freed)")
 	only := fs.String("only", "", "comma-separated policy id prefixes to keep (labels, caps, registries, map, gk)")
 	fs.Parse(args)
 
@@ -203,7 +204,9 @@ func scale(args []string) error {
 			return err
 		}
 		warm = append(warm, d)
-		fmt.Printf("start-up to ready, warm cache, run %d: %v; after start-up: %s\n", i+1, d.Round(time.Millisecond), mem(p))
+		at := mem(p)
+		time.Sleep(*settle)
+		fmt.Printf("start-up to ready, warm cache, run %d: %v; after start-up: %s; %v later: %s\n", i+1, d.Round(time.Millisecond), at, *settle, mem(p))
 		if i == *warmRuns-1 && *hold > 0 {
 			fmt.Printf("holding PID %d for %v\n", p.cmd.Process.Pid, *hold)
 			time.Sleep(*hold)
