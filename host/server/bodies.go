@@ -18,37 +18,59 @@ import (
 // form live that long. A request that cannot take its share within the wait
 // is answered 503: memory stays bounded whatever the number of clients, and
 // the excess waits or is refused instead of growing the heap.
+//
+// An HTTP/2 request may have sent up to a stream window (h2StreamWindow) of
+// its body before its handler runs: those bytes sit in the server's memory
+// while it waits for its share. So such a request first takes what it may
+// have sent ahead from a second allowance, of the budget's size, without
+// waiting, and gives it back once it has its share (or is refused): when
+// that allowance is out, it is refused at once, and its stream (with what it
+// sent) is dropped. What clients park is bounded by that allowance, not by
+// --max-connections x streams x window.
 type bodyBudget struct {
-	sem   *semaphore.Weighted
-	total int64
-	max   int64 // the largest body accepted: what an unannounced length costs
-	used  atomic.Int64
-	peak  atomic.Int64 // the largest used seen (tests)
-	gauge func(float64)
+	sem    *semaphore.Weighted
+	total  int64
+	max    int64 // the largest body accepted: what an unannounced length costs
+	used   atomic.Int64
+	peak   atomic.Int64 // the largest used seen (tests)
+	gauge  func(float64)
+	parked atomic.Int64 // sent ahead by HTTP/2 requests waiting for their share (at most total)
+	pgauge func(float64)
 }
 
 // defaultBodyBudget is four of the largest bodies accepted.
 func defaultBodyBudget(maxRequestBytes int64) int64 { return 4 * maxRequestBytes }
 
-func newBodyBudget(total, maxRequestBytes int64, gauge func(float64)) *bodyBudget {
+func newBodyBudget(total, maxRequestBytes int64, gauge, parkedGauge func(float64)) *bodyBudget {
 	if total <= 0 {
 		total = defaultBodyBudget(maxRequestBytes)
 	}
 	total = max(total, maxRequestBytes) // the largest body must fit
-	return &bodyBudget{sem: semaphore.NewWeighted(total), total: total, max: maxRequestBytes, gauge: gauge}
+	return &bodyBudget{sem: semaphore.NewWeighted(total), total: total, max: maxRequestBytes, gauge: gauge, pgauge: parkedGauge}
 }
 
 var errBodyBudget = errors.New("too many request bytes in flight")
 
 // acquire takes the share of a body of contentLength bytes (-1: unknown),
-// waiting at most wait.
-func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time.Duration) (*bodyShare, error) {
+// waiting at most wait. An HTTP/2 request (h2) that has to wait first takes
+// what it may have sent ahead from the parked allowance, or is refused.
+func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time.Duration, h2 bool) (*bodyShare, error) {
 	n := contentLength
 	if n < 0 || n > b.max {
 		n = b.max
 	}
 	n = max(n, 1)
 	if !b.sem.TryAcquire(n) {
+		if h2 {
+			ahead := min(n, h2StreamWindow)
+			p := b.parked.Add(ahead)
+			if p > b.total {
+				b.unpark(ahead)
+				return nil, fmt.Errorf("%w (%d of %d bytes taken, and HTTP/2 requests waiting for them have %d bytes sent ahead)", errBodyBudget, b.used.Load(), b.total, p-ahead)
+			}
+			b.pgauge(float64(p))
+			defer b.unpark(ahead)
+		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		err := b.sem.Acquire(wctx, n)
 		cancel()
@@ -62,6 +84,8 @@ func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time
 	b.gauge(float64(used))
 	return &bodyShare{b: b, n: n}, nil
 }
+
+func (b *bodyBudget) unpark(n int64) { b.pgauge(float64(b.parked.Add(-n))) }
 
 // bodyShare is one request's share of the budget.
 type bodyShare struct {
@@ -93,8 +117,9 @@ func (s *bodyShare) done() {
 // connection's window, so the streams that got their share and read could
 // starve behind them until the waits expire. So a stream may send 64 KiB
 // ahead, and the connection's window is that times the concurrent streams
-// (64): the waiting streams never block the reading ones, and a connection
-// parks at most 4 MiB.
+// (64): the waiting streams never block the reading ones. A connection
+// could so park 4 MiB, and --max-connections of them a gigabyte: the
+// parked allowance of the body budget (bodyBudget.acquire) bounds that.
 var h2Buffers = &http.HTTP2Config{
 	MaxConcurrentStreams:          h2Streams,
 	MaxReceiveBufferPerStream:     h2StreamWindow,

@@ -2,12 +2,19 @@ package server
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +184,197 @@ func TestRequestBytesUnannouncedLength(t *testing.T) {
 	if got := h.srv.bodies.used.Load(); got != int64(want) {
 		t.Errorf("body bytes in flight %d, want %d", got, want)
 	}
+}
+
+// TestHTTP2ParkedBytesBounded: a client that opens 16 HTTP/2 connections of
+// 64 streams each, sends 64 KiB (a stream's window) of each body and
+// withholds the rest, while the body budget (1 MiB) is taken, cannot park
+// 16 x 64 x 64 KiB = 64 MiB in the server: a stream that would wait for the
+// budget first takes what it sent ahead from an allowance of the budget's
+// size, and beyond it is answered 503 at once and reset, dropping its bytes.
+// The client is Go's HTTP/2 transport in a child process (so that its own
+// buffers are not in the heap measured). Before, every stream waited with
+// its 64 KiB parked and the heap grew by 64 MiB.
+func TestHTTP2ParkedBytesBounded(t *testing.T) {
+	if url := os.Getenv("TOLLGATE_TEST_H2_CLIENT"); url != "" {
+		h2Withholder(url, os.Getenv("TOLLGATE_TEST_H2_CA"))
+		return
+	}
+	l, release, started := blocking(t)
+	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
+		o.Workers, o.PolicyTimeout, o.ReadTimeout = 2, 30*time.Second, time.Minute
+		o.MaxRequestBytes, o.MaxRequestBytesInFlight = 1<<20, 1<<20
+	}})
+	// one request takes the whole budget and holds it in its evaluation
+	held := make(chan int, 1)
+	h.client.Timeout = 2 * time.Minute
+	go func() {
+		resp, err := h.client.Post(h.base+"/validate/block", "application/json",
+			strings.NewReader(string(reviewFor("held", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 900_000)})))))
+		if err != nil {
+			held <- 0
+			return
+		}
+		resp.Body.Close()
+		held <- resp.StatusCode
+	}()
+	<-started
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	ca := h.certs.CAFile
+	child := exec.Command(os.Args[0], "-test.run=^TestHTTP2ParkedBytesBounded$", "-test.v")
+	child.Env = append(os.Environ(), "TOLLGATE_TEST_H2_CLIENT="+h.base+"/validate/block", "TOLLGATE_TEST_H2_CA="+ca)
+	var out strings.Builder
+	child.Stdout, child.Stderr = &out, &out
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	// the streams open and send their 64 KiB: let them all arrive
+	var during runtime.MemStats
+	var metrics string
+	for deadline := time.Now().Add(25 * time.Second); ; {
+		time.Sleep(time.Second)
+		runtime.GC()
+		runtime.ReadMemStats(&during)
+		_, metrics = h.get("/metrics")
+		if strings.Contains(out.String(), "streams: ") || time.Now().After(deadline) {
+			break
+		}
+	}
+	time.Sleep(2 * time.Second)
+	runtime.GC()
+	runtime.ReadMemStats(&during)
+	_, metrics = h.get("/metrics")
+	grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
+	child.Process.Signal(os.Interrupt)
+	child.Wait()
+	close(release)
+	if code := <-held; code != http.StatusOK {
+		t.Errorf("the request holding the budget: HTTP %d", code)
+	}
+	t.Logf("heap +%d MiB; client:\n%s", grew>>20, out.String())
+	m := regexp.MustCompile(`streams: (\d+) sent 64 KiB, (\d+) unanswered; (\d+) answered \(503 at once: (\d+)\)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("the client did not report:\n%s", out.String())
+	}
+	waited, _ := strconv.Atoi(m[2])
+	quick, _ := strconv.Atoi(m[4])
+	if grew > 16<<20 {
+		t.Errorf("the heap grew by %d MiB with 1024 HTTP/2 streams withholding their bodies, want < 16 MiB (the parked allowance is 1 MiB)", grew>>20)
+	}
+	if got := seriesValue(t, metrics, "tollgate_server_http2_bytes_parked"); got > 1<<20 || got < 64<<10 {
+		t.Errorf("tollgate_server_http2_bytes_parked %v while the streams wait, want 64 KiB to 1 MiB", got)
+	}
+	if sent, _ := strconv.Atoi(m[1]); sent != 1024 || waited > 16 || quick < 1024-16 {
+		t.Errorf("%d streams sent 64 KiB, %d waited unanswered, %d were answered 503 at once; want 16 (the allowance) waiting and the rest refused", sent, waited, quick)
+	}
+}
+
+// h2Withholder is TestHTTP2ParkedBytesBounded's client: 1024 concurrent
+// requests over HTTP/2 (16 connections of 64 streams, the server's limit),
+// each sending 64 KiB of its body and withholding the
+// rest until interrupted; it prints how many got 503 within a second.
+func h2Withholder(url, caFile string) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		panic(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	// a client (one connection) per 64 streams, each connected first, so that it
+	// knows the server's stream limit before it opens them
+	var clients []*http.Client
+	for range 16 {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+		resp, err := c.Get(url)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			panic("not HTTP/2: " + resp.Proto)
+		}
+		clients = append(clients, c)
+	}
+	stop := make(chan struct{})
+	var sent, quick, answered, failed atomic.Int64
+	waiting := make([]atomic.Bool, 1024) // sent its 64 KiB, unanswered
+	for i := range 1024 {
+		go func() {
+			body := &withheld{ahead: 64 << 10, stop: stop, closed: make(chan struct{}), sent: func() { waiting[i].Store(true); sent.Add(1) }}
+			req, _ := http.NewRequest(http.MethodPost, url, body)
+			t0 := time.Now()
+			resp, err := clients[i/64].Do(req)
+			waiting[i].Store(false)
+			if err != nil {
+				if failed.Add(1) == 1 {
+					fmt.Println("first failure:", err)
+				}
+				return
+			}
+			resp.Body.Close()
+			answered.Add(1)
+			if resp.StatusCode == http.StatusServiceUnavailable && time.Since(t0) < time.Second {
+				quick.Add(1)
+			}
+		}()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	pending := func() int {
+		n := 0
+		for i := range waiting {
+			if waiting[i].Load() {
+				n++
+			}
+		}
+		return n
+	}
+	// every stream has either sent its 64 KiB and waits, or has its answer
+	for deadline := time.Now().Add(15 * time.Second); int64(pending())+answered.Load()+failed.Load() < 1024 && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		fmt.Printf("progress: %d sent, %d wait, %d answered, %d failed\n", sent.Load(), pending(), answered.Load(), failed.Load())
+	}
+	time.Sleep(500 * time.Millisecond)
+	fmt.Printf("streams: %d sent 64 KiB, %d unanswered; %d answered (503 at once: %d), %d failed\n", sent.Load(), 1024-answered.Load()-failed.Load(), answered.Load(), quick.Load(), failed.Load())
+	<-sig
+	close(stop)
+}
+
+// withheld is a request body that yields ahead bytes, calls sent, then
+// blocks until stop or Close (the transport closes it once answered).
+type withheld struct {
+	ahead     int
+	stop      chan struct{}
+	sent      func()
+	once      sync.Once
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (w *withheld) Read(p []byte) (int, error) {
+	if w.ahead > 0 {
+		n := min(len(p), w.ahead)
+		for i := range p[:n] {
+			p[i] = 'x'
+		}
+		w.ahead -= n
+		if w.ahead == 0 {
+			w.once.Do(w.sent)
+		}
+		return n, nil
+	}
+	select {
+	case <-w.stop:
+	case <-w.closed:
+	}
+	return 0, io.EOF
+}
+
+func (w *withheld) Close() error {
+	w.closeOnce.Do(func() { close(w.closed) })
+	return nil
 }

@@ -64,11 +64,15 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	id := r.PathValue("id")
 	// wait at most half the read timeout, which also runs while the body waits:
 	// the rest is for reading it, or the wait ends in a read error, not a 503
-	share, err := s.bodies.acquire(r.Context(), r.ContentLength, min(s.opts.PolicyTimeout, s.opts.ReadTimeout/2))
+	h2 := r.ProtoMajor == 2
+	share, err := s.bodies.acquire(r.Context(), r.ContentLength, min(s.opts.PolicyTimeout, s.opts.ReadTimeout/2), h2)
 	if err != nil {
 		// Read the body to its end, without keeping it: closing the connection on an
 		// unread body resets it, and an HTTP/1.1 client still writing then loses the 503.
-		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes))
+		// An HTTP/2 stream is reset alone, after the answer, dropping what it sent.
+		if !h2 {
+			_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBytes))
+		}
 		s.m.overloaded.Inc()
 		w.Header().Set("Retry-After", "1")
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)

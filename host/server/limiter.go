@@ -429,7 +429,7 @@ func (s *Server) newLimiter() *limiter {
 			s.m.policyCooldown.WithLabelValues(id).Set(d.Seconds())
 		},
 	})
-	s.bodies = newBodyBudget(o.MaxRequestBytesInFlight, o.MaxRequestBytes, s.m.bodyBytes.Set)
+	s.bodies = newBodyBudget(o.MaxRequestBytesInFlight, o.MaxRequestBytes, s.m.bodyBytes.Set, s.m.h2Parked.Set)
 	for name, v := range map[string]int64{"workers": int64(l.workers), "policy_workers": int64(l.perPolicy),
 		"queue": int64(l.queue), "policy_queue": int64(l.perPolicyQueue),
 		"request_bytes_in_flight": s.bodies.total, "connections": int64(o.MaxConnections)} {

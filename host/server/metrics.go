@@ -35,6 +35,7 @@ type metrics struct {
 	policyCooldown  *prometheus.GaugeVec
 	limits          *prometheus.GaugeVec
 	bodyBytes       prometheus.Gauge
+	h2Parked        prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -169,6 +170,11 @@ func newMetrics() *metrics {
 		Help: "Request body bytes taken from the budget tollgate_server_limit{limit=\"request_bytes_in_flight\"}: bodies being read, or whose requests are waiting or being evaluated.",
 	})
 	f(m.bodyBytes)
+	m.h2Parked = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_server_http2_bytes_parked",
+		Help: "Request body bytes that HTTP/2 requests waiting for tollgate_server_request_bytes_in_flight may have sent ahead (64 KiB each at most); at most the request_bytes_in_flight limit, beyond which such requests are refused at once.",
+	})
+	f(m.h2Parked)
 	return m
 }
 
