@@ -60,7 +60,7 @@
 // request's as JSON values (what a JSON patch between them would carry).
 //
 // Subpackages follow Gatekeeper's split: jsonv (a reflection-free JSON tree,
-// parser and encoder), path/token, path/parser, path/tester, match, mutators
+// parser, lazy reader and encoder), path/token, path/parser, path/tester, match, mutators
 // (assign, assignmeta, modifyset, assignimage sharing one setter), and this
 // package's system loop.
 //

@@ -11,6 +11,9 @@
 // Objects are shared by pointer (like Go maps), arrays by value (like Go
 // slices): the mutators rely on both.
 //
+// A Reader reads a document lazily (lazy.go): checked whole, decoded where
+// the accessors reach, the rest copied by Encode as it came.
+//
 // It must NOT know about Kubernetes, Gatekeeper or Wasm.
 package jsonv
 
