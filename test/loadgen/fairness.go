@@ -67,7 +67,7 @@ func fairness(args []string) error {
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), host, cpuModel(), runtime.NumCPU(), *extra)
 
 	if *only != "memory" {
-		if err := fairLatency(b, base, client, healthyBody, *rate, *looping, *dur); err != nil {
+		if err := fairLatency(b, p, base, client, healthyBody, *rate, *looping, *dur); err != nil {
 			return err
 		}
 	}
@@ -78,9 +78,11 @@ func fairness(args []string) error {
 }
 
 // fairLatency: the healthy policy alone, then beside the looping one.
-func fairLatency(b *bench, base string, client *http.Client, healthyBody []byte, rate, looping int, dur time.Duration) error {
+func fairLatency(b *bench, p *proc, base string, client *http.Client, healthyBody []byte, rate, looping int, dur time.Duration) error {
 	openLoop(client, base+"/validate/healthy", healthyBody, true, rate, 2*time.Second)
+	cpu0 := p.cpuTime()
 	alone := openLoop(client, base+"/validate/healthy", healthyBody, true, rate, dur)
+	cpu1 := p.cpuTime()
 	stop := make(chan struct{})
 	var codes sync.Map // answer kind -> *atomic.Int64
 	count := func(k string) {
@@ -115,7 +117,9 @@ func fairLatency(b *bench, base string, client *http.Client, healthyBody []byte,
 		}()
 	}
 	time.Sleep(500 * time.Millisecond) // the looping policy takes its workers and its queue
+	cpu2 := p.cpuTime()
 	loaded := openLoop(client, base+"/validate/healthy", healthyBody, true, rate, dur)
+	cpu3 := p.cpuTime()
 	close(stop)
 	wg.Wait()
 	// The looping clients' idle keep-alive connections would hold --max-connections
@@ -132,8 +136,12 @@ func fairLatency(b *bench, base string, client *http.Client, healthyBody []byte,
 	fmt.Printf("| healthy policy at %d req/s | p50 | p99 | errors |\n|---|---|---|---|\n", rate)
 	fmt.Printf("| alone | %s | %s | %d |\n", ms(alone.P50), ms(alone.P99), alone.Errors+alone.Dropped)
 	fmt.Printf("| beside %d pending requests to a policy looping to its 2 s deadline | %s | %s | %d |\n\n", looping, ms(loaded.P50), ms(loaded.P99), loaded.Errors+loaded.Dropped)
-	fmt.Printf("Fairness: %s (p99 %.1fx alone, want <= 3x, and 0 errors). The looping policy's answers: %s.\n\n",
+	fmt.Printf("Fairness: %s (p99 %.1fx alone, want <= 3x, and 0 errors). The looping policy's answers: %s.\n",
 		passFail(pass), float64(loaded.P99)/float64(max(alone.P99, 1)), strings.Join(kinds, ", "))
+	// the server's CPU time (user + system) in each measured part: what the looping
+	// policy burns, whatever the machine's load does to the latencies
+	fmt.Printf("Server CPU: alone %.1f s in %v (%.2f cores), beside the looping policy %.1f s in %v (%.2f cores).\n\n",
+		(cpu1 - cpu0).Seconds(), dur, (cpu1-cpu0).Seconds()/dur.Seconds(), (cpu3 - cpu2).Seconds(), dur, (cpu3-cpu2).Seconds()/dur.Seconds())
 	return nil
 }
 
