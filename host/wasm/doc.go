@@ -4,7 +4,10 @@
 // loadcache.go), keeps pools of instances, and bounds every call with a
 // deadline and a linear-memory cap. The deadline is enforced by an interrupt check compiled into each
 // module (wasmbin.Instrument), and by wazero's close-on-context-done for a
-// module that cannot be instrumented.
+// module that cannot be instrumented. A pool instance's linear memory is
+// mapped outside the Go heap (memory.go; on linux), and an instance that one
+// call grew by more than PoolConfig.RecycleGrowth is replaced after it, so
+// that the memory a large request took leaves the process.
 //
 // It owns the three kinds of module found in the Kubewarden ecosystem: TinyGo
 // `-target=wasi` commands (whose `_start` ends in proc_exit(0)), TinyGo
