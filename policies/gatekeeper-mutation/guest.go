@@ -114,7 +114,7 @@ func validateSettings(payload []byte) ([]byte, error) {
 	return settingsResponse(err), nil
 }
 
-// str is the text of a string field of the request (raw, as RawFields
+// str is the text of a string field of the request (raw, as RawFieldList
 // found it, its syntax checked), "" for any other value. It decodes the
 // string alone: a Parse of it would allocate a parser's slabs, per field.
 func str(raw []byte) string {
@@ -144,7 +144,7 @@ func validate(payload []byte) ([]byte, error) {
 	if err != nil {
 		return reject("cannot decode the validation request: " + err.Error()), nil
 	}
-	settings := top["settings"]
+	settings := top.Get("settings")
 	if len(settings) == 0 {
 		settings = []byte("{}")
 	}
@@ -156,20 +156,20 @@ func validate(payload []byte) ([]byte, error) {
 		return reject("cannot decode the admission request: the validation request has no request object"), nil
 	}
 	r := engine.Request{
-		Operation: str(req["operation"]),
-		Name:      str(req["name"]),
-		Namespace: str(req["namespace"]),
-		Object:    req["object"],
-		OldObject: req["oldObject"],
+		Operation: str(req.Get("operation")),
+		Name:      str(req.Get("name")),
+		Namespace: str(req.Get("namespace")),
+		Object:    req.Get("object"),
+		OldObject: req.Get("oldObject"),
 		Parsed:    obj,
 		Out:       append(answer[:0], `{"accepted":true,"mutated_object":`...),
 		Scratch:   &scratch,
 	}
-	if k, err := jsonv.RawFields(req["kind"]); err == nil {
-		r.Kind = engine.GVK{Group: str(k["group"]), Version: str(k["version"]), Kind: str(k["kind"])}
+	if k, err := jsonv.RawFieldList(req.Get("kind")); err == nil {
+		r.Kind = engine.GVK{Group: str(k.Get("group")), Version: str(k.Get("version")), Kind: str(k.Get("kind"))}
 	}
-	if u, err := jsonv.RawFields(req["userInfo"]); err == nil {
-		r.Username = str(u["username"])
+	if u, err := jsonv.RawFieldList(req.Get("userInfo")); err == nil {
+		r.Username = str(u.Get("username"))
 	}
 	if sys.FromCluster() {
 		r.Cluster = getNamespace

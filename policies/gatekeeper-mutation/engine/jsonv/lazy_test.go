@@ -81,7 +81,7 @@ func TestLazyReadsWhatItTouches(t *testing.T) {
 		}
 	}
 	// The encoding holds metadata's bytes as they were.
-	raw := string(req["object"])
+	raw := string(req.Get("object"))
 	enc := string(Encode(nil, obj))
 	md := obj.O.Vals[indexOf(obj.O.Keys, "metadata")]
 	if !contains(enc, string(md.raw())) || !contains(raw, string(md.raw())) {

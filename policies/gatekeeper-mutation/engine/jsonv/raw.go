@@ -2,16 +2,67 @@ package jsonv
 
 import "unsafe"
 
+// Field is one member of an object: its key and the raw bytes of its
+// value.
+type Field struct {
+	Key string
+	Raw []byte
+}
+
+// Fields are an object's members in their order. A few fields are found
+// faster in a slice than in a map, and without a map's allocations (both
+// count under TinyGo).
+type Fields []Field
+
+// Get is the raw value of key k (the last of duplicate keys), nil when
+// there is none.
+func (f Fields) Get(k string) []byte {
+	for i := len(f) - 1; i >= 0; i-- {
+		if f[i].Key == k {
+			return f[i].Raw
+		}
+	}
+	return nil
+}
+
+// Has reports whether key k is there.
+func (f Fields) Has(k string) bool {
+	for i := range f {
+		if f[i].Key == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Map is f as a map (the last of duplicate keys wins).
+func (f Fields) Map() map[string][]byte {
+	m := make(map[string][]byte, len(f))
+	for _, x := range f {
+		m[x.Key] = x.Raw
+	}
+	return m
+}
+
 // RawFields splits a JSON object into its keys and the raw bytes of their
 // values, without building a tree (the last of duplicate keys wins).
 func RawFields(data []byte) (map[string][]byte, error) {
+	f, err := RawFieldList(data)
+	if err != nil {
+		return nil, err
+	}
+	return f.Map(), nil
+}
+
+// RawFieldList is RawFields' members in their order.
+func RawFieldList(data []byte) (Fields, error) {
 	p := parser{d: data}
 	p.ws()
 	if p.i >= len(p.d) || p.d[p.i] != '{' {
 		return nil, p.fail("expected an object")
 	}
 	p.i++
-	out := map[string][]byte{}
+	out := Fields{}
 	p.ws()
 	if p.i < len(p.d) && p.d[p.i] == '}' {
 		return out, nil
@@ -35,7 +86,7 @@ func RawFields(data []byte) (map[string][]byte, error) {
 		if err := p.skip(0); err != nil {
 			return nil, err
 		}
-		out[k] = p.d[start:p.i]
+		out = append(out, Field{k, p.d[start:p.i]})
 		p.ws()
 		if p.i >= len(p.d) {
 			return nil, p.fail("unexpected end of input in object")
@@ -155,7 +206,11 @@ func (p *parser) skipStr() error {
 func RawFieldsParsed(data []byte, parseKey string, mode NumberMode) (fields map[string][]byte, parsed *Value, err error) {
 	p := parser{d: data, mode: mode, src: string(data)}
 	p.ws()
-	return p.fieldsParsed(parseKey)
+	f, parsed, err := p.fieldsParsed(parseKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f.Map(), parsed, nil
 }
 
 // RawFieldsNested reads an object in one pass: its fields' raw values, the
@@ -169,19 +224,19 @@ func RawFieldsParsed(data []byte, parseKey string, mode NumberMode) (fields map[
 // use.
 //
 // The parsed value is read lazily (see Reader), with a Reader of its own.
-func RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested map[string][]byte, parsed *Value, err error) {
+func RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested Fields, parsed *Value, err error) {
 	return new(Reader).RawFieldsNested(data, nestedKey, parseKey, mode)
 }
 
 // RawFieldsNested is RawFieldsNested with r's index.
-func (r *Reader) RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested map[string][]byte, parsed *Value, err error) {
+func (r *Reader) RawFieldsNested(data []byte, nestedKey, parseKey string, mode NumberMode) (fields, nested Fields, parsed *Value, err error) {
 	p := parser{d: data, mode: mode, src: unsafe.String(unsafe.SliceData(data), len(data)), reader: r}
 	p.ws()
 	if p.i >= len(p.d) || p.d[p.i] != '{' {
 		return nil, nil, nil, p.fail("expected an object")
 	}
 	p.i++
-	fields = map[string][]byte{}
+	fields = Fields{}
 	p.ws()
 	if p.i < len(p.d) && p.d[p.i] == '}' {
 		p.i++
@@ -215,7 +270,7 @@ func (r *Reader) RawFieldsNested(data []byte, nestedKey, parseKey string, mode N
 				return nil, nil, nil, err
 			}
 		}
-		fields[k] = p.d[start:p.i]
+		fields = append(fields, Field{k, p.d[start:p.i]})
 		p.ws()
 		if p.i >= len(p.d) {
 			return nil, nil, nil, p.fail("unexpected end of input in object")
@@ -233,12 +288,12 @@ func (r *Reader) RawFieldsNested(data []byte, nestedKey, parseKey string, mode N
 
 // fieldsParsed reads the object at p.i (see RawFieldsParsed) and leaves
 // p.i after it.
-func (p *parser) fieldsParsed(parseKey string) (fields map[string][]byte, parsed *Value, err error) {
+func (p *parser) fieldsParsed(parseKey string) (fields Fields, parsed *Value, err error) {
 	if p.i >= len(p.d) || p.d[p.i] != '{' {
 		return nil, nil, p.fail("expected an object")
 	}
 	p.i++
-	out := map[string][]byte{}
+	out := make(Fields, 0, 16)
 	p.ws()
 	if p.i < len(p.d) && p.d[p.i] == '}' {
 		p.i++
@@ -277,7 +332,7 @@ func (p *parser) fieldsParsed(parseKey string) (fields map[string][]byte, parsed
 		} else if err := p.skip(0); err != nil {
 			return nil, nil, err
 		}
-		out[k] = p.d[start:p.i]
+		out = append(out, Field{k, p.d[start:p.i]})
 		p.ws()
 		if p.i >= len(p.d) {
 			return nil, nil, p.fail("unexpected end of input in object")
