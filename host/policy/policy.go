@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -463,10 +464,17 @@ func (p *Policy) ValidateRaw(ctx context.Context, request []byte) (*Result, erro
 
 func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result, error) {
 	start := time.Now()
-	payload := p.payload(request)
+	buf := payloads.Get().(*[]byte)
+	payload := p.appendPayload((*buf)[:0], request)
 	callStart := time.Now()
 	out, startCost, err := p.call(ctx, "validate", payload)
 	guest := time.Since(callStart)
+	if p.wasi == nil && cap(payload) <= maxPooledPayload {
+		// A waPC call has copied the payload into the guest by the time it
+		// returns (a wasi run may still be reading its stdin after a deadline).
+		*buf = payload
+		payloads.Put(buf)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", p.id, err)
 	}
@@ -478,10 +486,17 @@ func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result,
 	return res, nil
 }
 
-// payload is the ValidationRequest: the request's bytes and the settings
-// spliced into {"request":...,"settings":...}, nothing decoded.
-func (p *Policy) payload(request []byte) []byte {
-	payload := make([]byte, 0, len(request)+len(p.settings)+26)
+// payloads are ValidationRequest buffers reused from one waPC evaluation to
+// the next (the request's size in garbage per request otherwise); buffers
+// grown past maxPooledPayload are left to the collector.
+var payloads = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledPayload = 256 << 10
+
+// appendPayload appends the ValidationRequest to dst: the request's bytes and
+// the settings spliced into {"request":...,"settings":...}, nothing decoded.
+func (p *Policy) appendPayload(dst, request []byte) []byte {
+	payload := slices.Grow(dst, len(request)+len(p.settings)+26)
 	payload = append(payload, `{"request":`...)
 	payload = append(payload, request...)
 	payload = append(payload, `,"settings":`...)

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/binary"
 	"encoding/json"
 
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
@@ -91,9 +92,22 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index after the string starting at b[i] (a quote),
-// or -1. Escapes are only skipped, not checked.
+// or -1. Escapes are only skipped, not checked. Runs of eight bytes with
+// neither a quote nor a backslash are skipped at once: most of a
+// mutated_object's bytes are in strings, and this scan was 2% of serve's CPU
+// on the 5 KB Pod.
 func skipString(b []byte, i int) int {
 	for i++; i < len(b); i++ {
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			if hasByte(x, '"') || hasByte(x, '\\') {
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
 		switch b[i] {
 		case '"':
 			return i + 1
@@ -102,6 +116,14 @@ func skipString(b []byte, i int) int {
 		}
 	}
 	return -1
+}
+
+// hasByte reports whether one of the eight bytes of x is c (the SWAR test of
+// sdk/fastjson's scanner).
+func hasByte(x uint64, c byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	v := x ^ (ones * uint64(c))
+	return (v-ones)&^v&highs != 0
 }
 
 // structural marks the bytes skipValue stops at inside a container.

@@ -104,7 +104,7 @@ func BenchmarkHostWork(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				_ = p.payload(req.Raw)
+				_ = p.appendPayload(nil, req.Raw)
 				var res Result
 				if err := p.decide(&res, req.Object, out); err != nil || res.Patch == nil {
 					b.Fatal(err)
