@@ -345,7 +345,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	// Bound the guest by an interrupt check compiled into the module when the
 	// module can be instrumented; otherwise by wazero's close-on-context-done.
 	e.instrumented.Add(1)
-	code, _, err := wasmbin.Instrument(wasm)
+	code, err := instrumentedCode(wasm)
 	if err != nil {
 		logger.Debug("module not instrumented for interruption; using wazero's close-on-context-done", "error", err)
 		if mcache != nil {
@@ -393,6 +393,27 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	logger.Debug("module instrumented and compiled", "took", compiled.Sub(start), "cache_entry_took", time.Since(compiled))
 	return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
 }
+
+// instrumentedCode is the code an instrumented module runs (and the load
+// cache holds): wasmbin.Instrument's, with its data segments merged
+// (wasmbin.MergeData): a standard-Go module has tens of thousands, which
+// wazero keeps decoded in the compiled module (35 MB of heap for the
+// MutatingAdmissionPolicy module) and lists again in every instance (a
+// slice entry each) and applies one by one at every instantiation.
+func instrumentedCode(wasm []byte) ([]byte, error) {
+	code, _, err := wasmbin.Instrument(wasm)
+	if err != nil {
+		return nil, err
+	}
+	if merged, ok, err := wasmbin.MergeData(code, mergeGap); err == nil && ok {
+		return merged, nil
+	}
+	return code, nil
+}
+
+// mergeGap is the largest run of zeros MergeData writes between two merged
+// data segments (host/wasi's value).
+const mergeGap = 4096
 
 // slowCompileBytes is the module size from which a compile is announced: a
 // few MB compile in well under a second, tens of MB take seconds.

@@ -3,6 +3,7 @@ package wasm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -75,7 +76,7 @@ func compiledEntries(t *testing.T, dir string) []string {
 func wantLoadCache(t *testing.T, cacheDir string, mod []byte) {
 	t.Helper()
 	dir := moduleDir(t, cacheDir, mod)
-	inst, _, err := wasmbin.Instrument(mod)
+	inst, err := instrumentedCode(mod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,5 +531,41 @@ func TestWarmLoadSkipsScreen(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("the unmarked entry was not marked after its screen: %v", err)
+	}
+}
+
+// TestInstrumentedCodeMergesData: the code of an instrumented standard-Go
+// module has its tens of thousands of data segments merged into a few, and
+// still starts and answers (compileAndCall).
+func TestInstrumentedCodeMergesData(t *testing.T) {
+	mod := testfixture.Module(t, "examples/go-image-registries")
+	segments := func(b []byte) uint64 {
+		t.Helper()
+		secs, err := wasmbin.Sections(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secs {
+			if s.ID == 11 {
+				n, _ := binary.Uvarint(s.Payload) // LEB128 u32: the same encoding
+				return n
+			}
+		}
+		return 0
+	}
+	inst, _, err := wasmbin.Instrument(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := instrumentedCode(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := segments(inst), segments(code)
+	if before < 1000 || after*100 > before {
+		t.Fatalf("data segments: %d instrumented, %d in the code run; want the thousands merged into a few", before, after)
+	}
+	if n, hits := compileAndCall(t, Config{CacheDir: t.TempDir()}, mod, ModuleConfig{}); n != 1 || hits != 0 {
+		t.Fatalf("%d instrumentations, %d stub loads", n, hits)
 	}
 }
