@@ -27,6 +27,7 @@ var benchCases = []struct{ name, settings, object string }{
 	{"sidecar", cases[2].settings, pod},
 	{"unmatched", strings.Replace(mkPolicy("other", "", apply(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`)), "pods", "deployments", -1), pod},
 	{"label-apply-pod5k", mkPolicy("label", "", labelApply), realisticPod},
+	{"sidecar-any-pod5k", sidecarAnyPod, realisticPod},
 }
 
 // reportPercentiles reports the median and p99 of the iterations.

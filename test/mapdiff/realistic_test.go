@@ -57,5 +57,20 @@ func init() {
 		dcase{"realistic objects, sidecar apply configuration", settingsOf("sidecar apply configuration without args"), []dreq{
 			{name: "Pod 5 KB", op: "CREATE", object: realisticPod, expect: "mesh-proxy"},
 		}},
+		dcase{"realistic objects, sidecar JSONPatch for any Pod", sidecarAnyPod, []dreq{
+			{name: "Pod 5 KB", op: "CREATE", object: realisticPod, expect: "mesh-proxy"},
+			{name: "example Pod", op: "CREATE", object: pod, expect: "mesh-proxy"},
+		}},
 	)
 }
+
+// sidecarAnyPod is the sidecar JSONPatch written for Pods without
+// initContainers too (policies/mutating-admission-policy/testdata): the
+// documented example is refused on the 5 KB Pod, as by Kubernetes.
+var sidecarAnyPod = func() string {
+	b, err := os.ReadFile(filepath.Join("..", "..", "policies", "mutating-admission-policy", "testdata", "sidecar-any-pod-settings.yml"))
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
