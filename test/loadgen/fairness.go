@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,12 +107,16 @@ func fairLatency(b *bench, p *proc, base string, client *http.Client, healthyBod
 				k := loopAnswer(loopClient, base+"/validate/looping", loopBody)
 				count(k)
 				// An answer that came back at once (503 with Retry-After: 1, or the
-				// cooling-down policy's error) is followed by a 1 s pause, as Retry-After asks,
-				// so that the clients keep their requests pending rather than flood the
-				// server with TLS requests (a CPU contest on the HTTP layer, not the policy
-				// fairness measured here).
+				// cooling-down policy's error) is followed by a pause of about 1 s, as
+				// Retry-After asks, so that the clients keep their requests pending rather
+				// than flood the server with TLS requests (a CPU contest on the HTTP layer,
+				// not the policy fairness measured here). The pause is jittered (0.5-1.5 s),
+				// as retries should be: answered all at once (the cool-down answers the
+				// waiting requests together), clients pausing exactly 1 s came back in
+				// bursts of ~200 TLS requests a second, whose HTTP work delayed the healthy
+				// requests arriving in the same milliseconds.
 				if time.Since(t0) < 100*time.Millisecond {
-					time.Sleep(time.Second)
+					time.Sleep(500*time.Millisecond + rand.N(time.Second))
 				}
 			}
 		}()
