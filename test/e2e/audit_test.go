@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -410,6 +412,74 @@ spec:
 	if pr.GetKind() != "PolicyReport" || len(results) != 1 || results[0].(map[string]any)["policy"] != labels || results[0].(map[string]any)["result"] != "fail" {
 		t.Errorf("PolicyReport of audit-b/bad: kind %s, results %v", pr.GetKind(), results)
 	}
+
+	// 8. the chart's watch mode (audit.mode=watch): `tollgate audit --watch` as a Deployment with
+	// the audit's ServiceAccount; a violating object created now is in its Report within
+	// seconds, and the pod serves the audit's metrics.
+	_ = watcher.Process.Signal(os.Interrupt) // one auditor at a time, as the chart's Recreate strategy
+	_ = watcher.Wait()
+	begin = time.Now()
+	if out, err := helm(ctx, "upgrade", release, filepath.Join(env.root, "charts", "tollgate"), "--namespace", controllerNS, "--reuse-values",
+		"--set", "audit.mode=watch", "--wait", "--timeout", "2m"); err != nil {
+		t.Fatalf("helm upgrade --set audit.mode=watch: %v\n%s%s", err, out, podsStateOf(ctx, cs, controllerNS, "tollgate-audit"))
+	}
+	t.Logf("audit.mode=watch: the audit Deployment Ready %v after the upgrade began", time.Since(begin).Round(time.Millisecond))
+	defer func() {
+		if t.Failed() {
+			logs, _, _ := env.cluster.Kubectl(context.Background(), "-n", controllerNS, "logs", "deploy/tollgate-audit", "--tail=40")
+			t.Logf("--- the audit pod's log ---\n%s", logs)
+		}
+	}()
+	if _, err := cs.BatchV1().CronJobs(controllerNS).Get(ctx, "tollgate-audit", metav1.GetOptions{}); err == nil {
+		t.Error("audit.mode=watch left the CronJob")
+	}
+	apods, err := serverPods(ctx, cs, controllerNS, "tollgate-audit")
+	if err != nil || len(apods) != 1 || apods[0].Spec.ServiceAccountName != "tollgate-audit" || apods[0].Status.PodIP == "" {
+		t.Fatalf("the audit Deployment's pods: %v %v", apods, err)
+	}
+	eventually(t, time.Minute, func() error { // its first full pass wrote status.audit again
+		logs, _, _ := env.cluster.Kubectl(ctx, "-n", controllerNS, "logs", "deploy/tollgate-audit")
+		if !strings.Contains(logs, "tollgate audit: ") {
+			return fmt.Errorf("no full pass in the audit pod's log yet:\n%s", logs)
+		}
+		return nil
+	})
+	// a new object gets its Report from the pod's watch; a policy edit makes the pod run a full
+	// pass that turns it into a violation
+	begin = time.Now()
+	late, err := cs.CoreV1().ConfigMaps("audit-b").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late-watch",
+		Labels: map[string]string{"owner": "o", "nobody": "z"}}}, metav1.CreateOptions{}) // audit-off enforces "nobody"
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateResult := func(want string) {
+		eventually(t, 30*time.Second, func() error {
+			r := readReports(t, ctx, op, map[string]types.UID{"audit-b/late-watch": late.UID})["audit-b/late-watch"][labels]
+			if r.Result != want {
+				return fmt.Errorf("late-watch: %+v, want %s", r, want)
+			}
+			return nil
+		})
+	}
+	lateResult("pass")
+	t.Logf("audit.mode=watch: a new ConfigMap in its Report %v after its creation", time.Since(begin).Round(time.Millisecond))
+	begin = time.Now()
+	op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "audit-labels", `{"settings": {"mandatory_labels": ["owner", "reviewed"]}}`)
+	lateResult("fail")
+	t.Logf("audit.mode=watch: the ConfigMap's Report says fail %v after the policy edit", time.Since(begin).Round(time.Millisecond))
+	murl := fmt.Sprintf("http://%s:%d/metrics", apods[0].Status.PodIP, containerPort(&apods[0], "metrics"))
+	eventually(t, 30*time.Second, func() error {
+		resp, err := http.Get(murl)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if want := `tollgate_audit_results{policy="` + labels + `",result="fail"}`; !strings.Contains(string(body), want) {
+			return fmt.Errorf("%s has no %s:\n%s", murl, want, body)
+		}
+		return nil
+	})
 }
 
 // runAudit runs tollgate audit from the test and returns its output. The node's network has no
