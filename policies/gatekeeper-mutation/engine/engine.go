@@ -410,29 +410,30 @@ func (s *System) Mutate(req Request) ([]byte, bool, error) {
 	setNamespace(obj, reqNS)
 
 	// With disjoint locations the mutators' change tracking decides the
-	// loop without encoding the object (see loop).
-	res, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4, req.Scratch, nsKept && s.disjoint)
+	// loop without encoding the object (see loop). The request namespace
+	// is never in a mutator's way (no mutator writes metadata.namespace).
+	res, err := s.loop(obj, ns, req.Operation, len(req.Object)+len(req.Object)/4, req.Scratch, s.disjoint)
 	if err != nil || !res.mutated {
 		return nil, false, err
 	}
 	switch {
+	case !nsKept:
+		setNamespace(obj, oldNS)
+		if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
+			return nil, false, nil
+		}
 	case res.known:
 		if !res.differs {
 			return nil, false, nil
 		}
-	case nsKept && res.first != nil:
+	case res.first != nil:
 		if jsonv.SameTyped(res.first, res.last) {
 			return nil, false, nil
 		}
-	case nsKept:
+	default:
 		// Disjoint locations, but iterations after the first changed the
 		// object too (rare): compare with the original, read again.
 		if orig, err := jsonv.Parse(req.Object, jsonv.IntsPreserved); err == nil && jsonv.SameJSON(orig, obj) {
-			return nil, false, nil
-		}
-	default:
-		setNamespace(obj, oldNS)
-		if string(jsonv.AppendSemantic(make([]byte, 0, len(original)+64), obj)) == string(original) {
 			return nil, false, nil
 		}
 	}
@@ -473,8 +474,7 @@ type loopResult struct {
 
 // loop runs the iterations.
 //
-// A fast loop (disjoint locations, the request namespace already the
-// object's) trusts the mutators' change tracking both ways: an iteration
+// A fast loop (disjoint locations) trusts the mutators' change tracking both ways: an iteration
 // whose writes changed nothing left the object as it was, and one whose
 // writes changed something changed the object, since with disjoint
 // locations no write undoes another. It never encodes the object. The

@@ -73,6 +73,10 @@ func TestFastLoopAgrees(t *testing.T) {
 		t.Fatal(err)
 	}
 	podNS := strings.Trim(string(rf["namespace"]), `"`)
+	nsPod := strings.Replace(pod, `"metadata":{"name":"p",`, `"metadata":{"name":"p","namespace":"default",`, 1)
+	if nsPod == pod {
+		t.Fatal("pod has changed: no namespace added")
+	}
 	for _, c := range []struct {
 		name     string
 		settings []byte
@@ -97,6 +101,24 @@ func TestFastLoopAgrees(t *testing.T) {
 			assign("r", "spec.replicas", `{"assign":{"value":1}}`, `"match":{"labelSelector":{"matchLabels":{"app":"web"}}}`),
 			assign("sel", "spec.selected", `{"assign":{"value":true}}`, `"match":{"labelSelector":{"matchLabels":{"tier":"gold"}}}`),
 			meta("tier", "metadata.labels.tier", "gold")), podReq(pod), true, true},
+		// The request namespace already the object's: "changed" from the
+		// mutators' flags (first iteration only) or the original read again.
+		{"namespaced: int to float only", settings(
+			assign("r", "spec.replicas", `{"assign":{"value":1}}`),
+			assign("img", "spec.containers[name: b].image", `{"assign":{"value":"busybox"}}`)), podReq(nsPod), true, false},
+		{"namespaced: a real change", settings(
+			assign("r", "spec.replicas", `{"assign":{"value":1}}`),
+			assign("img", "spec.containers[name: b].image", `{"assign":{"value":"alpine"}}`)), podReq(nsPod), true, true},
+		{"namespaced: second iteration", settings(
+			assign("sel", "spec.selected", `{"assign":{"value":true}}`, `"match":{"labelSelector":{"matchLabels":{"tier":"gold"}}}`),
+			meta("tier", "metadata.labels.tier", "gold")), podReq(nsPod), true, true},
+		{"namespaced: second iteration and a number's type", settings(
+			assign("r", "spec.replicas", `{"assign":{"value":1}}`, `"match":{"labelSelector":{"matchLabels":{"app":"web"}}}`),
+			assign("sel", "spec.selected", `{"assign":{"value":true}}`, `"match":{"labelSelector":{"matchLabels":{"tier":"gold"}}}`),
+			meta("tier", "metadata.labels.tier", "gold")), podReq(nsPod), true, true},
+		{"namespaced: a second iteration that undoes nothing, and no change as JSON", settings(
+			assign("r", "spec.replicas", `{"assign":{"value":1}}`, `"match":{"labelSelector":{"matchLabels":{"app":"web"}}}`)),
+			podReq(nsPod), true, false},
 		{"not converging", settings(version("a", "v2", "v3"), version("b", "v1", "v2"), version("c", "v3", "v1")),
 			podReq(pod), false, false},
 		{"writes that undo each other (not disjoint)", settings(
@@ -113,7 +135,13 @@ func TestFastLoopAgrees(t *testing.T) {
 			}
 			slow := *s
 			slow.disjoint = false
-			got, changed, err := s.Mutate(c.req)
+			var sc Scratch
+			req := c.req
+			req.Scratch = &sc
+			got, changed, err := s.Mutate(req)
+			if encoded := sc.bufs[0] != nil; encoded == c.disjoint {
+				t.Fatalf("the loop encoded the object: %v, want %v", encoded, !c.disjoint)
+			}
 			want, wantChanged, wantErr := slow.Mutate(c.req)
 			if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
 				t.Fatalf("err = %v, the encoding loop's %v", err, wantErr)
