@@ -58,7 +58,8 @@ func validate(payload []byte) ([]byte, error) {
 	ed := fastjson.NewEditor(pod)
 	spec := pod.Get("spec")
 	for _, field := range containerFields {
-		for it := spec.Get(field).Iter(); it.Next(); {
+		it := spec.Get(field).Iter()
+		for it.Next() {
 			dropFromContainerJSON(ed, it.Value())
 		}
 	}
@@ -85,7 +86,8 @@ func dropFromContainerJSON(ed *fastjson.Editor, container fastjson.Value) {
 		ed.Set(capabilities, "drop", droppedCapabilityArrayJSON)
 		return
 	}
-	for it := drop.Iter(); it.Next(); {
+	it := drop.Iter()
+	for it.Next() {
 		if it.Value().Equals(droppedCapability) {
 			return
 		}
@@ -104,7 +106,8 @@ func plainObject(v fastjson.Value, fields ...string) bool {
 		return false
 	}
 	var seen [4]int
-	for it := v.Iter(); it.Next(); {
+	it := v.Iter()
+	for it.Next() {
 		k := it.Key()
 		for i, f := range fields {
 			fold, exact := keyMatches(k, f)

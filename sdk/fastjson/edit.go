@@ -65,7 +65,8 @@ func (e *Editor) Append(a Value, raw []byte) {
 		return
 	}
 	last := -1 // a loop, not ForEach: TinyGo allocates a callback that captures last
-	for it := a.Iter(); it.Next(); {
+	it := a.Iter()
+	for it.Next() {
 		last = it.Value().e
 	}
 	if last < 0 { // empty: insert before ']'
@@ -86,7 +87,8 @@ func (e *Editor) Set(o Value, key string, raw []byte) {
 	}
 	var found Value
 	last := -1
-	for it := o.Iter(); it.Next(); {
+	it := o.Iter()
+	for it.Next() {
 		if it.Key().Equals(key) {
 			found = it.Value()
 		}

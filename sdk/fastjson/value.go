@@ -161,9 +161,15 @@ func (v Value) member(key string) Value {
 // captures variables on every call: for a list of a thousand items, once per
 // item):
 //
-//	for it := v.Iter(); it.Next(); {
+//	it := v.Iter()
+//	for it.Next() {
 //		elem := it.Value() // it.Key() too for an object's member
 //	}
+//
+// Declare the Iter before the loop, not in its init statement: since Go
+// 1.22 a variable declared there is a new variable in every iteration, and
+// TinyGo puts each one on the heap (its address is taken by Next), an
+// allocation per element.
 type Iter struct {
 	d      *document
 	i      int  // where the next element or member starts
@@ -223,7 +229,8 @@ func (v Value) Index(i int) Value {
 		return Value{}
 	}
 	n := 0
-	for it := v.Iter(); it.Next(); n++ {
+	it := v.Iter()
+	for ; it.Next(); n++ {
 		if n == i {
 			return it.Value()
 		}
@@ -235,7 +242,8 @@ func (v Value) Index(i int) Value {
 // (duplicate keys counted each time), 0 for other kinds.
 func (v Value) Len() int {
 	n := 0
-	for it := v.Iter(); it.Next(); {
+	it := v.Iter()
+	for it.Next() {
 		n++
 	}
 	return n
