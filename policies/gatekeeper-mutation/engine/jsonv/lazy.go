@@ -24,6 +24,9 @@ type doc struct {
 	// lens[i] is the length of the object or array whose '{' or '[' is at
 	// offset i; the entries at other offsets are stale.
 	lens []int32
+	// rounded: the check met a number whose float64 may not be its
+	// decimal value (see value).
+	rounded bool
 }
 
 // Reader reads documents lazily, reusing its index from one document to
@@ -60,7 +63,11 @@ func (d *doc) value() (*Value, error) {
 	p := &d.p
 	start := p.i
 	end, ok := d.check(start, 0)
-	if !ok {
+	if !ok || d.rounded {
+		// A failed check: the parser says what is wrong. A number that
+		// float64 rounds: read everything, so that the answer holds the
+		// number as the engine holds it (as Gatekeeper's encoding would),
+		// not its bytes.
 		return p.value(0)
 	}
 	v := d.member()
@@ -131,9 +138,24 @@ func (d *doc) check(i, depth int) (int, bool) {
 	case c == 'n':
 		return checkLiteral(b, i, "null")
 	case c == '-' || (c >= '0' && c <= '9'):
-		return checkNumber(b, i)
+		end, ok := checkNumber(b, i)
+		if ok && end-i > 15 && !shortInteger(b[i:end]) {
+			d.rounded = true
+		}
+		return end, ok
 	}
 	return 0, false
+}
+
+// shortInteger reports whether a number literal is an integer of at most
+// 18 digits (an int64, read exactly); a longer literal or one with a
+// fraction or an exponent may be read as a float64 that is not its
+// decimal value.
+func shortInteger(lit []byte) bool {
+	if lit[0] == '-' {
+		lit = lit[1:]
+	}
+	return len(lit) <= 18 && digitsEnd(lit, 0) == len(lit)
 }
 
 func checkLiteral(b []byte, i int, lit string) (int, bool) {

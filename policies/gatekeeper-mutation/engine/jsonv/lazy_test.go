@@ -49,6 +49,33 @@ func FuzzParseLazy(f *testing.F) {
 	})
 }
 
+// TestLazyRoundedNumbers: an object holding a number whose float64 is not
+// its decimal value is read whole, so that its encoding holds the number
+// as the engine holds it (as Gatekeeper re-encodes it), not its bytes.
+func TestLazyRoundedNumbers(t *testing.T) {
+	for _, s := range []string{
+		`{"a":{"n":12345678901234567890}}`, `{"a":[{"n":-0.1000000000000000055511151231257827}]}`,
+		`{"a":{"n":1.00000000000000000001e3}}`,
+	} {
+		want, err := Parse([]byte(s), IntsPreserved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseLazy([]byte(s), IntsPreserved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := Encode(nil, got), Encode(nil, want); string(g) != string(w) {
+			t.Errorf("%s: encodes to %s, Parse's tree to %s", s, g, w)
+		}
+	}
+	// Integers of 18 digits and short floats are exact: read lazily.
+	got, err := ParseLazy([]byte(`{"a":{"n":-123456789012345678,"f":0.25}}`), IntsPreserved)
+	if err != nil || got.O.Vals[0].K != Raw {
+		t.Fatalf("read whole: %v", err)
+	}
+}
+
 // TestLazyReadsWhatItTouches: on the 5 KB Pod, reading one container's
 // image leaves the rest unread, and Encode copies its bytes.
 func TestLazyReadsWhatItTouches(t *testing.T) {
