@@ -187,6 +187,7 @@ type result struct {
 	Dropped  int64
 	RPS      float64
 	P50, P99 time.Duration
+	Slow     []int // per second of the run: requests answered after more than 100 ms, or not at all
 }
 
 func newClient(pool *x509.CertPool, conns int) *http.Client {
@@ -288,13 +289,17 @@ func openLoop(c *http.Client, url string, body []byte, allowed bool, rate int, d
 	wg.Wait()
 	el := time.Since(start)
 	var ds []time.Duration
+	slow := make([]int, (total+rate-1)/rate)
 	for i := range lat {
 		if ok[i] {
 			ds = append(ds, lat[i])
 		}
+		if !ok[i] || lat[i] > 100*time.Millisecond {
+			slow[i/rate]++
+		}
 	}
 	return result{Requests: int64(len(ds)), Errors: errs.Load(), Dropped: dropped.Load(), RPS: float64(len(ds)) / el.Seconds(),
-		P50: percentile(ds, 0.50), P99: percentile(ds, 0.99)}
+		P50: percentile(ds, 0.50), P99: percentile(ds, 0.99), Slow: slow}
 }
 
 // ---- processes ----
