@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 // Operation is one RFC 6902 operation.
@@ -54,6 +56,19 @@ func Diff(original, modified []byte) ([]byte, error) {
 		}
 	}
 	return diffDecoded(original, modified)
+}
+
+// DiffIndexed is Diff with the modified document given as doc[s:e], a value
+// that x indexes (fastjson.Index.ScanValue checked and indexed it while the
+// host decoded the policy's answer, so that mutated_object is scanned once).
+// The patch and the errors are Diff's.
+func DiffIndexed(original, doc []byte, x *fastjson.Index, s, e int) ([]byte, error) {
+	if len(bytes.TrimSpace(original)) > 0 {
+		if patch, ok := diffRawIndexed(original, doc, x, s, e); ok {
+			return patch, nil
+		}
+	}
+	return diffDecoded(original, doc[s:e])
 }
 
 // diffDecoded is the reference Diff: it decodes both documents into

@@ -58,6 +58,7 @@ type member struct {
 // rawDiffer holds the scratch space of one diff; it is pooled.
 type rawDiffer struct {
 	a, b  jdoc
+	ext   jdoc // diffRawIndexed's modified document, indexed by its caller
 	out   []byte
 	ops   int
 	path  []byte
@@ -80,6 +81,28 @@ func diffRaw(original, modified []byte) (patch []byte, ok bool) {
 	if !okA || !okB {
 		return nil, false
 	}
+	return d.diff(a, b)
+}
+
+// diffRawIndexed is diffRaw with the modified document given as the value
+// doc[s:e] that x indexes.
+func diffRawIndexed(original, doc []byte, x *fastjson.Index, s, e int) (patch []byte, ok bool) {
+	if len(original) > maxRawBytes || e-s > maxRawBytes {
+		return nil, false
+	}
+	d := differs.Get().(*rawDiffer)
+	defer differs.Put(d)
+	a, okA := d.a.index(original)
+	if !okA {
+		return nil, false
+	}
+	d.ext = jdoc{b: doc, x: *x}
+	defer func() { d.ext = jdoc{} }() // the pool must not keep the caller's index
+	return d.diff(a, val{d: &d.ext, s: s, e: e})
+}
+
+// diff writes the patch from a to b.
+func (d *rawDiffer) diff(a, b val) (patch []byte, ok bool) {
 	d.out = append(d.out[:0], '[')
 	d.ops = 0
 	d.path = d.path[:0]

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
 // fixtureObjects returns the request objects of every AdmissionReview and
@@ -51,6 +53,16 @@ func checkSame(t testing.TB, from, to []byte) {
 	got, err := Diff(from, to)
 	if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
 		t.Fatalf("fast and reference Diff differ\nfrom %s\nto   %s\nfast      %s (%v)\nreference %s (%v)", from, to, got, err, want, wantErr)
+	}
+	// DiffIndexed, with to as a policy's answer holds it, indexed by ScanValue.
+	value := bytes.Trim(to, " \t\r\n") // JSON's whitespace
+	answer := append(append([]byte(`{"accepted":true,"mutated_object":`), value...), '}')
+	var x fastjson.Index
+	if end, ok := x.ScanValue(answer, 34); ok && end == 34+len(value) {
+		got, err := DiffIndexed(from, answer, &x, 34, end)
+		if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
+			t.Fatalf("DiffIndexed and the reference differ\nfrom %s\nto   %s\nindexed   %s (%v)\nreference %s (%v)", from, to, got, err, want, wantErr)
+		}
 	}
 }
 

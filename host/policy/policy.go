@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/wasi"
 	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -512,17 +513,36 @@ func (p *Policy) decide(res *Result, object, out []byte) error {
 	// The fast path decodes the answer without encoding/json's pass over
 	// mutated_object; on anything unusual, and on every error, the reference
 	// path runs on the same answer so that results and errors are its own.
-	if object != nil && decodeResponseFast(out, &res.Response) && p.answer(res, object, out, false) == nil {
-		return nil
+	if object != nil {
+		x := answerIndexes.Get().(*fastjson.Index)
+		mo, ok := decodeResponseFast(out, &res.Response, x)
+		ok = ok && p.answer(res, object, out, false, scanned{x, mo}) == nil
+		if cap(x.Len) <= maxPooledPayload {
+			answerIndexes.Put(x)
+		}
+		if ok {
+			return nil
+		}
 	}
 	res.Response, res.Patch = protocol.ValidationResponse{}, nil
-	return p.answer(res, object, out, true)
+	return p.answer(res, object, out, true, scanned{})
+}
+
+// answerIndexes are the indexes decodeResponseFast fills with mutated_object
+// for the diff, reused from one evaluation to the next.
+var answerIndexes = sync.Pool{New: func() any { return new(fastjson.Index) }}
+
+// scanned is where decodeResponseFast found mutated_object in the answer
+// (at mo[0]:mo[1], indexed by x); mo[1] is 0 when it did not index it.
+type scanned struct {
+	x  *fastjson.Index
+	mo [2]int
 }
 
 // answer checks a decoded ValidationResponse and diffs its mutated_object
 // against object. With decode set it first decodes out with json.Unmarshal
 // (the reference); without, res.Response was decoded by decodeResponseFast.
-func (p *Policy) answer(res *Result, object, out []byte, decode bool) error {
+func (p *Policy) answer(res *Result, object, out []byte, decode bool, sc scanned) error {
 	if decode {
 		if err := json.Unmarshal(out, &res.Response); err != nil {
 			return fmt.Errorf("policy %s: %w: not a ValidationResponse: %v (answer %.120q)", p.id, ErrInvalidResponse, err, out)
@@ -536,7 +556,13 @@ func (p *Policy) answer(res *Result, object, out []byte, decode bool) error {
 			return fmt.Errorf("policy %s: %w: a rejection must not carry a mutated_object", p.id, ErrInvalidResponse)
 		}
 		if object != nil {
-			patch, err := admission.Diff(object, mo)
+			var patch []byte
+			var err error
+			if sc.mo[1] > 0 {
+				patch, err = admission.DiffIndexed(object, out, sc.x, sc.mo[0], sc.mo[1])
+			} else {
+				patch, err = admission.Diff(object, mo)
+			}
 			if err != nil {
 				return fmt.Errorf("policy %s: %w: mutated_object: %v", p.id, ErrInvalidResponse, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -17,7 +18,17 @@ import (
 // plain form policies send (an object whose keys are exactly the fields'
 // names, each at most once); the caller then decodes with json.Unmarshal, so
 // that case-insensitive keys, duplicates and errors behave as they always did.
-func decodeResponseFast(out []byte, r *protocol.ValidationResponse) bool {
+//
+// With x, a mutated_object that is a JSON object is checked and indexed into
+// x as it is passed (fastjson.Index.ScanValue) instead of skipped, and mo is
+// where it lies in out: the diff then uses that index (admission.DiffIndexed)
+// instead of scanning it again. An invalid one makes the answer false.
+func decodeResponseFast(out []byte, r *protocol.ValidationResponse, x *fastjson.Index) (mo [2]int, ok bool) {
+	ok = decodeResponseMembers(out, r, x, &mo)
+	return mo, ok
+}
+
+func decodeResponseMembers(out []byte, r *protocol.ValidationResponse, x *fastjson.Index, mo *[2]int) bool {
 	*r = protocol.ValidationResponse{}
 	i := skipSpace(out, 0)
 	if i >= len(out) || out[i] != '{' {
@@ -42,8 +53,14 @@ func decodeResponseFast(out []byte, r *protocol.ValidationResponse) bool {
 			return false
 		}
 		vs := skipSpace(out, i+1)
-		ve := skipValue(out, vs)
-		if ve < 0 {
+		var ve int
+		if x != nil && key == "mutated_object" && vs < len(out) && out[vs] == '{' {
+			end, ok := x.ScanValue(out, vs)
+			if !ok {
+				return false
+			}
+			ve, *mo = end, [2]int{vs, end}
+		} else if ve = skipValue(out, vs); ve < 0 {
 			return false
 		}
 		v := out[vs:ve]

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -53,9 +54,21 @@ func FuzzDecodeResponseFast(f *testing.F) {
 
 func checkDecode(t *testing.T, s string) bool {
 	t.Helper()
-	var fast, ref protocol.ValidationResponse
-	ok := decodeResponseFast([]byte(s), &fast)
-	if err := json.Unmarshal([]byte(s), &ref); err != nil || !ok {
+	var fast, indexed, ref protocol.ValidationResponse
+	_, ok := decodeResponseFast([]byte(s), &fast, nil)
+	var x fastjson.Index
+	mo, okIndexed := decodeResponseFast([]byte(s), &indexed, &x)
+	err := json.Unmarshal([]byte(s), &ref)
+	// With an index, a mutated_object object is checked: when the fast
+	// decoder indexed one, encoding/json takes the answer too and gives what
+	// it gives (other values of mutated_object are only skipped, as without).
+	if okIndexed && mo[1] > 0 && (err != nil || !reflect.DeepEqual(indexed, ref)) {
+		t.Fatalf("%s: the indexing fast decoder took it\nfast      %+v\nreference %+v (%v)", s, indexed, ref, err)
+	}
+	if okIndexed && mo[1] > 0 && string(s[mo[0]:mo[1]]) != string(ref.MutatedObject) {
+		t.Fatalf("%s: mutated_object at %v, want %s", s, mo, ref.MutatedObject)
+	}
+	if err != nil || !ok {
 		// An answer only the fast decoder takes has an invalid mutated_object,
 		// which the diff rejects, sending it back to json.Unmarshal.
 		return ok && err == nil

@@ -64,6 +64,7 @@ func checkWalk(t testing.TB, data []byte) {
 	if Valid(data) != json.Valid(data) {
 		t.Fatalf("Valid(%q) = %v, json.Valid says %v", data, Valid(data), json.Valid(data))
 	}
+	checkScanValue(t, data)
 	v, perr := Parse(data)
 	if (perr != nil) == json.Valid(data) {
 		t.Fatalf("Parse(%q): %v, json.Valid says %v", data, perr, json.Valid(data))
@@ -213,6 +214,26 @@ func checkLookups(t testing.TB, v Value, want any, depth int) {
 		if v.Index(len(w)).Exists() || v.Index(-1).Exists() || v.Get("a").Exists() {
 			t.Fatalf("out-of-range lookups of array %s exist", v.Raw())
 		}
+	}
+}
+
+// checkScanValue: ScanValue of the value data holds, inside a larger
+// document, ends where the value ends when data is JSON, and only ever
+// accepts a prefix that is JSON.
+func checkScanValue(t testing.TB, data []byte) {
+	t.Helper()
+	value := bytes.Trim(data, " \t\r\n") // JSON's whitespace
+	doc := append(append([]byte(`{"v":`), value...), `,"w":[1]}`...)
+	var x Index
+	end, ok := x.ScanValue(doc, 5)
+	if json.Valid(data) && (!ok || end != 5+len(value) || int(x.Len[5]) != len(value)) {
+		t.Fatalf("ScanValue of %q in %q = %d, %v; want %d, true", value, doc, end, ok, 5+len(value))
+	}
+	if ok && !json.Valid(doc[5:end]) {
+		t.Fatalf("ScanValue accepted %q, which is not JSON", doc[5:end])
+	}
+	if _, ok := x.ScanValue(doc, len(doc)); ok {
+		t.Fatal("ScanValue past the end accepted")
 	}
 }
 

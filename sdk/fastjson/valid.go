@@ -35,6 +35,29 @@ func (x *Index) Scan(data []byte) (start, end int, ok bool) {
 	if len(data) > math.MaxInt32 {
 		return 0, 0, false
 	}
+	s := x.scanner(data)
+	return s.document()
+}
+
+// ScanValue checks the one JSON value that starts at data[i] (not at
+// whitespace) with Valid's rules and indexes it into x as Scan indexes a
+// document; end is the offset right after it, and what follows is not looked
+// at. ok is false for a syntax error, nesting deeper than 10000, an i outside
+// data, or more than math.MaxInt32 bytes. A decoder that meets a large value
+// inside a document (the host, a policy's mutated_object in its answer)
+// checks and indexes it in one pass instead of skipping it and scanning it
+// again.
+func (x *Index) ScanValue(data []byte, i int) (end int, ok bool) {
+	if len(data) > math.MaxInt32 || i < 0 || i >= len(data) {
+		return 0, false
+	}
+	s := x.scanner(data)
+	return s.value(i, 0)
+}
+
+// scanner sizes x for data (grown as needed, never shrunk) and returns a
+// scanner that fills it.
+func (x *Index) scanner(data []byte) scanner {
 	if cap(x.Len) < len(data) {
 		x.Len = make([]int32, len(data))
 	}
@@ -42,8 +65,7 @@ func (x *Index) Scan(data []byte) (start, end int, ok bool) {
 		x.Escaped = make([]bool, len(data))
 	}
 	x.Len, x.Escaped = x.Len[:len(data)], x.Escaped[:len(data)]
-	s := scanner{b: data, lens: x.Len, esc: x.Escaped}
-	return s.document()
+	return scanner{b: data, lens: x.Len, esc: x.Escaped}
 }
 
 // scanner checks the syntax of b. When lens is not nil it records there the
