@@ -116,6 +116,9 @@ type Server struct {
 	// shared by consecutive sets is closed only after every set that used it
 	// drained.
 	lastCloser chan struct{}
+	// swapMu orders a swap and a retired set's dropRemoved, so that a policy a
+	// later reload serves again is not dropped (lane and series) under its requests
+	swapMu sync.Mutex
 }
 
 // New builds the server and loads the initial policy set: Open, then Load.
@@ -258,8 +261,10 @@ func (s *Server) setStatus(r status.Reload) {
 // swap installs set and retires the previous one: it closes the previous
 // set's unshared policies once its in-flight requests finished.
 func (s *Server) swap(set *policySet, trigger string) {
+	s.swapMu.Lock()
 	old := s.cur.Swap(set)
 	s.lim.prune(func(id string) bool { _, ok := set.entries[id]; return ok })
+	s.swapMu.Unlock()
 	if old != nil {
 		for id, e := range set.entries {
 			if oe, ok := old.entries[id]; ok && !sameEvaluators(oe, e) {
@@ -300,6 +305,8 @@ func (s *Server) swap(set *policySet, trigger string) {
 // set does not have: their limiter lanes and metric series. It runs once old
 // drained since its last requests update both.
 func (s *Server) dropRemoved(old *policySet) {
+	s.swapMu.Lock()
+	defer s.swapMu.Unlock()
 	cur := s.cur.Load()
 	serving := func(id string) bool { _, ok := cur.entries[id]; return ok }
 	s.lim.prune(serving)
