@@ -68,7 +68,15 @@ func decodeResponseMembers(out []byte, r *protocol.ValidationResponse, x *fastjs
 		var err error
 		switch key {
 		case "accepted":
-			bit, err = 1, json.Unmarshal(v, &r.Accepted)
+			bit = 1
+			switch string(v) { // the two literals without encoding/json's reflection
+			case "true":
+				r.Accepted = true
+			case "false":
+				r.Accepted = false
+			default:
+				err = json.Unmarshal(v, &r.Accepted)
+			}
 		case "message":
 			bit, err = 2, json.Unmarshal(v, &r.Message)
 		case "code":
