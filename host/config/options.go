@@ -49,8 +49,12 @@ type Options struct {
 	// and of the queue (0: the server's defaults); MaxRequestBytesInFlight:
 	// request body bytes read or evaluated at once (0: 4 x MaxRequestBytes);
 	// MaxConnections: webhook connections open at once.
-	PolicyWorkers           int
-	PolicyQueueSize         int
+	PolicyWorkers   int
+	PolicyQueueSize int
+	// PolicyCooldownAfter: evaluations of one policy in a row that run out
+	// of time or memory before it cools down (its requests get its failure
+	// answer without running; docs/server.md); 0: never.
+	PolicyCooldownAfter     int
 	MaxRequestBytesInFlight int64
 	MaxConnections          int
 	ReadTimeout             time.Duration
@@ -85,6 +89,7 @@ func Defaults() Options {
 		PolicyTimeout:         2 * time.Second,
 		MemoryLimitBytes:      256 << 20,
 		InstanceRecycleGrowth: 8 << 20,
+		PolicyCooldownAfter:   3,
 		MaxRequestBytes:       3 << 20, // the Kubernetes API server's own request limit is 3 MiB
 		MaxConnections:        256,
 		ReadTimeout:           10 * time.Second,
@@ -134,6 +139,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.InstanceRecycleGrowth, "instance-recycle-growth", o.InstanceRecycleGrowth, "an instance whose linear memory one evaluation grew by more than this many bytes is replaced after it, giving the memory back (0: never)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted; larger ones get 413")
 	fs.IntVar(&o.PolicyWorkers, "policy-workers", o.PolicyWorkers, "evaluations of one policy (or group) running at once, so that the others keep workers (0: all workers but a quarter, at least 1)")
+	fs.IntVar(&o.PolicyCooldownAfter, "policy-cooldown-after", o.PolicyCooldownAfter, "evaluations of one policy (or group) in a row that run out of time or memory before it cools down: its requests get its failure answer without running, for 9 times that evaluation, then one tries it again (0: never)")
 	fs.IntVar(&o.PolicyQueueSize, "policy-queue-size", o.PolicyQueueSize, "requests to one policy (or group) that may wait for a worker; beyond, 503 (0: half of --queue-size)")
 	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "request body bytes being read or evaluated at once; more wait, then get 503 (0: 4 x --max-request-bytes)")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "webhook connections open at once; more wait to be accepted")
@@ -265,6 +271,9 @@ func (o *Options) Validate() error {
 	}
 	if o.PolicyQueueSize < 0 {
 		bad("policy-queue-size", o.PolicyQueueSize, "must be >= 0")
+	}
+	if o.PolicyCooldownAfter < 0 {
+		bad("policy-cooldown-after", o.PolicyCooldownAfter, "must be >= 0 (0: never)")
 	}
 	if o.MaxRequestBytesInFlight != 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes {
 		bad("max-request-bytes-in-flight", o.MaxRequestBytesInFlight, fmt.Sprintf("must be 0 (the default) or at least --max-request-bytes (%d)", o.MaxRequestBytes))

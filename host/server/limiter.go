@@ -113,6 +113,9 @@ type limiter struct {
 	onReject              func(id, reason string)
 	onCooldown            func(id string, d time.Duration)
 	now                   func() time.Time
+	// cooldownAfter: costly evaluations of a policy in a row that start its
+	// cool-down (0: never); newLimiter sets 1, the server its option.
+	cooldownAfter int
 }
 
 // policyLane is one policy's running evaluations and waiting requests.
@@ -123,8 +126,10 @@ type policyLane struct {
 	inTurn  bool
 	removed bool // a reload removed the policy: the lane goes once idle
 
-	// cool-down (judge): strikes costly evaluations in a row; none runs
-	// before coolUntil, then one at a time until a success.
+	// cool-down (judge): misses costly evaluations in a row before a
+	// cool-down; then strikes costly evaluations in a row; none runs before
+	// coolUntil, then one at a time until a success.
+	misses    int
 	strikes   int
 	coolUntil time.Time
 	spent     time.Duration // the last costly evaluation's time
@@ -169,7 +174,7 @@ func newLimiter(workers, queue, perPolicy, perPolicyQueue int, h limiterHooks) *
 	}
 	return &limiter{workers: workers, perPolicy: min(perPolicy, workers), queue: queue, perPolicyQueue: min(perPolicyQueue, queue),
 		free: workers, pols: map[string]*policyLane{}, onQueue: h.queued, onRun: h.running, onReject: h.rejected,
-		onCooldown: h.cooldown, now: time.Now}
+		onCooldown: h.cooldown, now: time.Now, cooldownAfter: 1}
 }
 
 // defaultPerPolicy leaves a quarter of the workers (rounded up, at least
@@ -217,8 +222,8 @@ func (l *limiter) reset(id string) {
 	l.mu.Lock()
 	p := l.pols[id]
 	cooling := p != nil && p.strikes > 0
-	if cooling {
-		p.strikes, p.coolUntil, p.spent = 0, time.Time{}, 0
+	if p != nil {
+		p.misses, p.strikes, p.coolUntil, p.spent = 0, 0, time.Time{}, 0
 	}
 	l.mu.Unlock()
 	if cooling {
@@ -327,6 +332,19 @@ func (l *limiter) acquire(ctx context.Context, id string, wait time.Duration) er
 func (l *limiter) judge(id string, costly bool, spent time.Duration) time.Duration {
 	l.mu.Lock()
 	p := l.pols[id]
+	if p != nil && p.strikes == 0 {
+		// not cooling down: a cool-down starts only after cooldownAfter
+		// costly evaluations in a row (one slow input does not refuse the
+		// policy's next requests)
+		if !costly {
+			p.misses = 0
+		} else if p.misses++; l.cooldownAfter > 0 && p.misses >= l.cooldownAfter {
+			p.misses = 0
+			costly = true
+		} else {
+			costly = false
+		}
+	}
 	if p == nil || (!costly && p.strikes == 0) {
 		l.mu.Unlock()
 		return 0
@@ -429,10 +447,11 @@ func (s *Server) newLimiter() *limiter {
 			s.m.policyCooldown.WithLabelValues(id).Set(d.Seconds())
 		},
 	})
+	l.cooldownAfter = o.PolicyCooldownAfter
 	s.bodies = newBodyBudget(o.MaxRequestBytesInFlight, o.MaxRequestBytes, s.m.bodyBytes.Set, s.m.h2Parked.Set)
 	for name, v := range map[string]int64{"workers": int64(l.workers), "policy_workers": int64(l.perPolicy),
 		"queue": int64(l.queue), "policy_queue": int64(l.perPolicyQueue),
-		"request_bytes_in_flight": s.bodies.total, "connections": int64(o.MaxConnections)} {
+		"request_bytes_in_flight": s.bodies.total, "connections": int64(o.MaxConnections), "policy_cooldown_after": int64(l.cooldownAfter)} {
 		s.m.limits.WithLabelValues(name).Set(float64(v))
 	}
 	return l

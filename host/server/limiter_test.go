@@ -315,6 +315,7 @@ func TestLoopingPolicyCoolsDown(t *testing.T) {
 		"watch:\n  module: %[1]s\n  settings: {behaviour: loop}\n  timeoutEvalSeconds: 1\n  policyMode: monitor\n", bad)
 	h := start(t, harnessOpts{policies: pols, loader: newTestLoader(t), options: func(o *config.Options) {
 		o.Workers, o.QueueSize, o.PolicyTimeout = 2, 40, 2*time.Second
+		o.PolicyCooldownAfter = 1 // the first timeout starts the cool-down (TestLimiterCooldownAfter: the default 3)
 	}})
 	// the monitor-mode policy: its timeout and its cool-down are allowed
 	for i, want := range []string{"timed out", "cooling down"} {
@@ -521,4 +522,52 @@ func clients(n int, stop time.Time, f func(i, j int)) *sync.WaitGroup {
 		}()
 	}
 	return &wg
+}
+
+// TestLimiterCooldownAfter: a cool-down starts only after cooldownAfter
+// costly evaluations in a row: one that ends in time in between starts the
+// count again, a reload (reset) does too, and 0 never cools down.
+func TestLimiterCooldownAfter(t *testing.T) {
+	ctx := context.Background()
+	run := func(l *limiter, costly bool) time.Duration {
+		t.Helper()
+		if err := l.acquire(ctx, "p", time.Second); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		d := l.judge("p", costly, 2*time.Second)
+		l.release("p")
+		return d
+	}
+	l := newLimiter(2, 8, 1, 4, limiterHooks{})
+	l.cooldownAfter = 3
+	for i, step := range []struct {
+		costly bool
+		want   time.Duration
+	}{{true, 0}, {true, 0}, {false, 0}, {true, 0}, {true, 0}, {true, 18 * time.Second}} {
+		if d := run(l, step.costly); d != step.want {
+			t.Fatalf("evaluation %d (costly %v): cool-down %v, want %v", i, step.costly, d, step.want)
+		}
+	}
+	if err := l.acquire(ctx, "p", time.Second); !errors.Is(err, errCoolingDown) {
+		t.Fatalf("after the third costly evaluation in a row: %v, want cooling down", err)
+	}
+
+	l = newLimiter(2, 8, 1, 4, limiterHooks{})
+	l.cooldownAfter = 2
+	run(l, true)
+	l.reset("p") // a reload
+	if d := run(l, true); d != 0 {
+		t.Fatalf("the first costly evaluation after a reload started a cool-down of %v", d)
+	}
+	if d := run(l, true); d != 18*time.Second {
+		t.Fatalf("the second in a row after the reload: %v, want 18s", d)
+	}
+
+	l = newLimiter(2, 8, 1, 4, limiterHooks{})
+	l.cooldownAfter = 0
+	for i := range 10 {
+		if d := run(l, true); d != 0 {
+			t.Fatalf("cooldownAfter 0, costly evaluation %d: cool-down %v", i, d)
+		}
+	}
 }

@@ -156,16 +156,23 @@ mutate-non-object:
 	t.Logf("good policy answered %d requests during the attack", goodOK)
 }
 
-// TestMisbehavingPolicyCoolsDown: once a policy hit its deadline, it cools
-// down: a burst of requests to it is answered at once with its failure
-// answer, without running, so it cannot starve the other policies.
+// TestMisbehavingPolicyCoolsDown: once a policy hit its deadline
+// --policy-cooldown-after times in a row (the default, 3), it cools down: a
+// burst of requests to it is answered at once with its failure answer,
+// without running, so it cannot starve the other policies.
 func TestMisbehavingPolicyCoolsDown(t *testing.T) {
 	bad := wasmPath(t, "test/testdata/policies/misbehave")
 	pols := fmt.Sprintf("loop:\n  module: %s\n  settings: {behaviour: loop}\n  timeoutEvalSeconds: 1\nok:\n  module: %s\n  settings: {behaviour: accept}\n", bad, bad)
 	h := start(t, harnessOpts{policies: pols, options: func(o *config.Options) { o.Workers = 2 }})
 	body := reviewFor("l", "CREATE", "default", pod(nil))
-	if _, r := h.review("/validate/loop", body); r.Allowed || !strings.Contains(r.Status.Message, "timed out") {
-		t.Fatalf("first loop request: %+v", r.Status)
+	after := config.Defaults().PolicyCooldownAfter
+	if after != 3 {
+		t.Fatalf("--policy-cooldown-after defaults to %d, want 3 (docs/server.md)", after)
+	}
+	for i := range after {
+		if _, r := h.review("/validate/loop", body); r.Allowed || !strings.Contains(r.Status.Message, "timed out") {
+			t.Fatalf("loop request %d of %d: %+v, want it evaluated (timed out)", i+1, after, r.Status)
+		}
 	}
 	type res struct {
 		took time.Duration
