@@ -23,6 +23,16 @@
 # exactly `GOOS=wasip1 GOARCH=wasm go build -gcflags=all="-B " -ldflags="-w -s"`; go-wasip1 keeps
 # -buildmode=c-shared). TinyGo and opa builds are optimized from policy.raw.wasm as they are.
 #
+# A standard-Go policy directory that also holds strip-protobuf is compiled against a copy of
+# k8s.io/api without its generated protobuf code (every generated.pb.go but those of the packages
+# strip-protobuf lists, one per line, e.g. authentication/v1 when another dependency's protobuf code
+# calls it): a Wasm policy reads and writes JSON only, and those methods, kept alive by interfaces,
+# are a third of the MutatingAdmissionPolicy module's code. The copy is made once per k8s.io/api
+# version and keep list, outside the repository ($TOOLS_DIR/k8s-api-noproto-*), and the build uses a
+# temporary go.mod (-modfile) that replaces k8s.io/api with it; the policy's own go.mod, and so its
+# native tests, keep the real module (RATIONALE.md "Why is the MAP module built without k8s.io/api's
+# protobuf code?"). The wasm-opt.args build below compiles with Kubewarden's commands as they are.
+#
 # A policy whose policy.wasm is newer than all its sources (*.go but *_test.go, go.mod, go.sum,
 # *.rego but *_test.rego, entrypoint, policy.build, the sources of local `replace` targets, and metadata.yml and README.md when it is
 # annotated) is skipped.
@@ -109,9 +119,46 @@ newer_than_sources() {
 	fi
 	newer="$(source_dirs "$dir" | xargs -d '\n' -I{} find {} -type f \
 		\( \( -name '*.go' -not -name '*_test.go' \) -o \( -name '*.rego' -not -name '*_test.rego' \) -o -name entrypoint \
-		-o -name go.mod -o -name go.sum -o -name policy.build -o -name wasm-opt.args \
+		-o -name go.mod -o -name go.sum -o -name policy.build -o -name wasm-opt.args -o -name strip-protobuf \
 		"${docs[@]}" \) -newer "$file" -print -quit)"
 	[[ -z "$newer" ]]
+}
+
+# noproto_modfile prints, for a policy directory with strip-protobuf, the path of a temporary
+# go.mod (with its go.sum) that replaces k8s.io/api with a copy without its generated protobuf code
+# (see the top of this file); nothing for other directories. The caller removes its directory.
+noproto_modfile() {
+	local dir="$1"
+	[[ -f "$dir/strip-protobuf" ]] || return 0
+	local ver src keep key dst tmp mod
+	ver="$(cd "$dir" && "$GO" list -m -f '{{.Version}}' k8s.io/api)"
+	src="$(cd "$dir" && "$GO" list -m -f '{{.Dir}}' k8s.io/api)"
+	[[ -n "$ver" && -d "$src" ]] || { printf 'build-policies: %s: strip-protobuf: k8s.io/api is not a dependency\n' "$dir" >&2; return 1; }
+	keep="$(grep -v '^[[:space:]]*\(#\|$\)' "$dir/strip-protobuf" | tr -d '[:blank:]' | sort -u)"
+	key="$(printf '%s\n%s\n' "$ver" "$keep" | sha256sum | cut -c1-12)"
+	dst="$TOOLS_DIR/k8s-api-noproto-$ver-$key"
+	if [[ ! -f "$dst/.complete" ]]; then
+		mkdir -p "$TOOLS_DIR"
+		tmp="$(mktemp -d "$TOOLS_DIR/.k8s-api-noproto.XXXXXX")"
+		cp -r "$src/." "$tmp/"
+		chmod -R u+w "$tmp"
+		find "$tmp" -name '*_test.go' -delete
+		local f rel
+		while IFS= read -r f; do
+			rel="${f#"$tmp"/}"
+			rel="${rel%/generated.pb.go}"
+			grep -qxF "$rel" <<<"$keep" || rm -f "$f"
+		done < <(find "$tmp" -name generated.pb.go)
+		touch "$tmp/.complete"
+		mv -T "$tmp" "$dst" 2>/dev/null || rm -rf "$tmp" # another build made it first
+	fi
+	mod="$(mktemp -d)"
+	cp "$dir/go.mod" "$mod/noproto.mod"
+	cp "$dir/go.sum" "$mod/noproto.sum"
+	printf '\nreplace k8s.io/api => %s\n' "$dst" >>"$mod/noproto.mod"
+	# the policy's relative replace targets, made absolute for the go.mod in the temporary directory
+	sed -i -E "s#=>[[:space:]]+(\.{1,2}/[^[:space:]]*)#=> $ROOT/$dir/\1#" "$mod/noproto.mod"
+	printf '%s\n' "$mod/noproto.mod"
 }
 
 # build_one builds one policy; it prints one line, and the compiler's output when it fails.
@@ -121,7 +168,7 @@ build_one() {
 	start="$EPOCHREALTIME"
 	local out
 	out="$(mktemp)"
-	local raw="policy.raw.wasm"
+	local raw="policy.raw.wasm" modfile=""
 	local -a cmd
 	case "$kind" in
 	tinygo-wasi)
@@ -130,11 +177,12 @@ build_one() {
 	tinygo-wasi-legacy)
 		cmd=("$TINYGO" build -o "$raw" -target=wasip1 -buildmode=wasi-legacy -scheduler=none -no-debug .)
 		;;
-	go-wasip1)
-		cmd=(env GOOS=wasip1 GOARCH=wasm "$GO" build -buildmode=c-shared -trimpath -ldflags=-s -o "$raw" .)
-		;;
-	go-wasi)
-		cmd=(env GOOS=wasip1 GOARCH=wasm "$GO" build -trimpath -ldflags=-s -o "$raw" .)
+	go-wasip1 | go-wasi)
+		modfile="$(noproto_modfile "$dir")" || { rm -f "$out"; return 1; }
+		cmd=(env GOOS=wasip1 GOARCH=wasm "$GO" build)
+		[[ -n "$modfile" ]] && cmd+=("-modfile=$modfile")
+		[[ "$kind" == go-wasip1 ]] && cmd+=(-buildmode=c-shared)
+		cmd+=(-trimpath -ldflags=-s -o "$raw" .)
 		;;
 	opa-wasm)
 		local entrypoint
@@ -167,9 +215,11 @@ build_one() {
 		printf 'build-policies: FAILED %s (%s): %s\n' "$dir" "$kind" "${cmd[*]}" >&2
 		sed 's/^/    /' "$out" >&2
 		rm -f "$out" "$dir/$raw"
+		[[ -z "$modfile" ]] || rm -rf "${modfile%/*}"
 		return 1
 	fi
 	rm -f "$out"
+	[[ -z "$modfile" ]] || rm -rf "${modfile%/*}"
 	local how
 	how="$(annotate_one "$dir" "$raw" policy.wasm)" || return 1
 	elapsed="$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
