@@ -131,6 +131,7 @@ noproto_modfile() {
 	local dir="$1"
 	[[ -f "$dir/strip-protobuf" ]] || return 0
 	local ver src keep key dst tmp mod
+	(cd "$dir" && "$GO" mod download k8s.io/api) || return 1 # a fresh module cache: .Dir is empty until then
 	ver="$(cd "$dir" && "$GO" list -m -f '{{.Version}}' k8s.io/api)"
 	src="$(cd "$dir" && "$GO" list -m -f '{{.Dir}}' k8s.io/api)"
 	[[ -n "$ver" && -d "$src" ]] || { printf 'build-policies: %s: strip-protobuf: k8s.io/api is not a dependency\n' "$dir" >&2; return 1; }
