@@ -180,26 +180,35 @@ func scale(args []string) error {
 		return err
 	}
 	fmt.Printf("start-up to ready, cold cache (%s): %v; after start-up: %s\n", cache, cold.Round(time.Millisecond), mem(p))
-	c := newClient(b.pool, 4)
-	t0 := time.Now()
-	verdicts := map[string]int{}
-	for _, pol := range mix {
-		url := "https://127.0.0.1:" + strconv.Itoa(port) + "/validate/" + pol.id
-		for i := 0; i < *n; i++ {
-			v, err := verdict(c, url, review)
-			if err != nil {
-				p.stop()
-				return fmt.Errorf("%s: %w", pol.id, err)
+	// send sends n requests to every policy of the server p on port and
+	// prints the verdicts and the memory after them
+	send := func(p *proc, port int) error {
+		c := newClient(b.pool, 4)
+		defer c.CloseIdleConnections()
+		t0 := time.Now()
+		verdicts := map[string]int{}
+		for _, pol := range mix {
+			url := "https://127.0.0.1:" + strconv.Itoa(port) + "/validate/" + pol.id
+			for i := 0; i < *n; i++ {
+				v, err := verdict(c, url, review)
+				if err != nil {
+					return fmt.Errorf("%s: %w", pol.id, err)
+				}
+				verdicts[v]++
 			}
-			verdicts[v]++
 		}
+		fmt.Printf("after %d requests to each policy (%v; %v): %s\n", *n, time.Since(t0).Round(time.Millisecond), verdicts, mem(p))
+		return nil
 	}
-	fmt.Printf("after %d requests to each policy (%v; %v): %s\n", *n, time.Since(t0).Round(time.Millisecond), verdicts, mem(p))
+	if err := send(p, port); err != nil {
+		p.stop()
+		return err
+	}
 	p.stop()
 
 	var warm []time.Duration
 	for i := 0; i < *warmRuns; i++ {
-		p, _, _, d, err := start()
+		p, port, _, d, err := start()
 		if err != nil {
 			return err
 		}
@@ -207,6 +216,10 @@ func scale(args []string) error {
 		at := mem(p)
 		time.Sleep(*settle)
 		fmt.Printf("start-up to ready, warm cache, run %d: %v; after start-up: %s; %v later: %s\n", i+1, d.Round(time.Millisecond), at, *settle, mem(p))
+		if err := send(p, port); err != nil {
+			p.stop()
+			return err
+		}
 		if i == *warmRuns-1 && *hold > 0 {
 			fmt.Printf("holding PID %d for %v\n", p.cmd.Process.Pid, *hold)
 			time.Sleep(*hold)
