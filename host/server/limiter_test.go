@@ -437,6 +437,7 @@ func TestReloadDropsPolicySeries(t *testing.T) {
 	}
 	h := start(t, harnessOpts{policies: policies("keep", "gone", "fixed"), loader: newTestLoader(t), options: func(o *config.Options) {
 		o.Workers = 2
+		o.PolicyCooldownAfter = 1 // the first timeout starts the cool-down
 	}})
 	for _, id := range []string{"keep", "gone", "fixed"} {
 		h.review("/validate/"+id, reviewFor(id, "CREATE", "default", pod(nil)))
