@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"net/http"
@@ -187,9 +188,10 @@ type harnessOpts struct {
 	tlsCfg   func(h *harness) *tls.Config
 	watch    bool
 	noStart  bool
-	retry    time.Duration // Options.RetryInterval; 0 disables retries in tests
-	volume   bool          // policies.yml lives in a ConfigMap volume written as kubelet does (h.volume)
-	api      APISource     // Options.API (ParseAPI parses as Reread does)
+	retry    time.Duration          // Options.RetryInterval; 0 disables retries in tests
+	volume   bool                   // policies.yml lives in a ConfigMap volume written as kubelet does (h.volume)
+	api      APISource              // Options.API (ParseAPI parses as Reread does)
+	metrics  []prometheus.Collector // Options.Metrics
 }
 
 func start(t testing.TB, ho harnessOpts) *harness {
@@ -291,6 +293,7 @@ func prepare(t testing.TB, ho harnessOpts) (*harness, Options) {
 			}
 			return &config.Config{Options: o, Policies: pols, Warnings: warns, Source: b}, b, nil
 		}}
+	so.Metrics = ho.metrics
 	if ho.watch {
 		so.WatchFiles = []string{h.pfile}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"net"
 	"slices"
 	"strconv"
@@ -435,12 +436,15 @@ func TestReloadDropsPolicySeries(t *testing.T) {
 		}
 		return b.String()
 	}
+	// a caller's collector with a policy label (serve's guest log drops) loses the series too
+	extra := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_test_policy_things_total", Help: "test"}, []string{"policy"})
 	h := start(t, harnessOpts{policies: policies("keep", "gone", "fixed"), loader: newTestLoader(t), options: func(o *config.Options) {
 		o.Workers = 2
 		o.PolicyCooldownAfter = 1 // the first timeout starts the cool-down
-	}})
+	}, metrics: []prometheus.Collector{extra}})
 	for _, id := range []string{"keep", "gone", "fixed"} {
 		h.review("/validate/"+id, reviewFor(id, "CREATE", "default", pod(nil)))
+		extra.WithLabelValues(id).Inc()
 	}
 	if _, r := h.review("/validate/fixed", reviewFor("f", "CREATE", "default", pod(nil))); r.Allowed || !strings.Contains(r.Status.Message, "cooling down") {
 		t.Fatalf("the looping policy before the reload: %+v", r.Status)
@@ -451,6 +455,7 @@ func TestReloadDropsPolicySeries(t *testing.T) {
 		`tollgate_policy_evaluation_errors_total{policy="gone",reason="timeout"} 1`,
 		`tollgate_policy_evaluations_running{policy="gone"} 0`,
 		`tollgate_policy_cooldowns_total{policy="gone"} 1`,
+		`tollgate_test_policy_things_total{policy="gone"} 1`,
 	} {
 		if !strings.Contains(metrics, series+"\n") {
 			t.Fatalf("before the reload, metrics lack %s:\n%s", series, grepLines(metrics, `policy="gone"`))
@@ -472,6 +477,7 @@ func TestReloadDropsPolicySeries(t *testing.T) {
 	for _, series := range []string{
 		`tollgate_policy_evaluations_total{accepted="true",mode="protect",mutated="false",operation="CREATE",policy="keep"} 1`,
 		`tollgate_policy_evaluations_running{policy="keep"} 0`,
+		`tollgate_test_policy_things_total{policy="keep"} 1`,
 	} {
 		if !strings.Contains(metrics, series+"\n") {
 			t.Errorf("after the reload, metrics lack %s:\n%s", series, grepLines(metrics, `policy="keep"`))

@@ -73,7 +73,9 @@ type Options struct {
 	// they keep failing). Zero means 30 s; negative disables retries.
 	RetryInterval time.Duration
 	// Metrics are more collectors served on /metrics (the host
-	// capabilities' tollgate_capability_*).
+	// capabilities' tollgate_capability_*, the guest log's dropped lines).
+	// A vector's series labelled policy=ID go when a reload removes that
+	// policy, as the server's own do.
 	Metrics []prometheus.Collector
 }
 
@@ -313,6 +315,19 @@ func (s *Server) dropRemoved(old *policySet) {
 	for id := range old.entries {
 		if !serving(id) {
 			s.m.dropPolicy(id)
+			dropFromCollectors(s.o.Metrics, id)
+		}
+	}
+}
+
+// dropFromCollectors deletes policy id's series from the caller's collectors
+// (Options.Metrics) that are vectors with a "policy" label, such as the
+// guest log's dropped lines; others are left alone.
+func dropFromCollectors(cs []prometheus.Collector, id string) {
+	l := prometheus.Labels{"policy": id}
+	for _, c := range cs {
+		if v, ok := c.(interface{ DeletePartialMatch(prometheus.Labels) int }); ok {
+			v.DeletePartialMatch(l)
 		}
 	}
 }
