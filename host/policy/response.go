@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"encoding/binary"
 	"encoding/json"
 
 	"github.com/tollgate-dev/tollgate/sdk/fastjson"
@@ -24,44 +23,39 @@ import (
 // where it lies in out: the diff then uses that index (admission.DiffIndexed)
 // instead of scanning it again. An invalid one makes the answer false.
 func decodeResponseFast(out []byte, r *protocol.ValidationResponse, x *fastjson.Index) (mo [2]int, ok bool) {
-	ok = decodeResponseMembers(out, r, x, &mo)
-	return mo, ok
-}
-
-func decodeResponseMembers(out []byte, r *protocol.ValidationResponse, x *fastjson.Index, mo *[2]int) bool {
 	*r = protocol.ValidationResponse{}
-	i := skipSpace(out, 0)
+	i := fastjson.SkipSpace(out, 0)
 	if i >= len(out) || out[i] != '{' {
-		return false
+		return mo, false
 	}
 	var seen uint8
-	i = skipSpace(out, i+1)
+	i = fastjson.SkipSpace(out, i+1)
 	if i < len(out) && out[i] == '}' {
-		return skipSpace(out, i+1) == len(out)
+		return mo, fastjson.SkipSpace(out, i+1) == len(out)
 	}
 	for {
 		if i >= len(out) || out[i] != '"' {
-			return false
+			return mo, false
 		}
-		kend := skipString(out, i)
+		kend := fastjson.StringEnd(out, i)
 		if kend < 0 {
-			return false
+			return mo, false
 		}
 		key := string(out[i+1 : kend-1]) // no allocation: compared only
-		i = skipSpace(out, kend)
+		i = fastjson.SkipSpace(out, kend)
 		if i >= len(out) || out[i] != ':' {
-			return false
+			return mo, false
 		}
-		vs := skipSpace(out, i+1)
+		vs := fastjson.SkipSpace(out, i+1)
 		var ve int
 		if x != nil && key == "mutated_object" && vs < len(out) && out[vs] == '{' {
 			end, ok := x.ScanValue(out, vs)
 			if !ok {
-				return false
+				return mo, false
 			}
-			ve, *mo = end, [2]int{vs, end}
+			ve, mo = end, [2]int{vs, end}
 		} else if ve = skipValue(out, vs); ve < 0 {
-			return false
+			return mo, false
 		}
 		v := out[vs:ve]
 		var bit uint8
@@ -89,66 +83,24 @@ func decodeResponseMembers(out []byte, r *protocol.ValidationResponse, x *fastjs
 		case "warnings":
 			bit, err = 32, json.Unmarshal(v, &r.Warnings)
 		default:
-			return false
+			return mo, false
 		}
 		if err != nil || seen&bit != 0 {
-			return false
+			return mo, false
 		}
 		seen |= bit
-		i = skipSpace(out, ve)
+		i = fastjson.SkipSpace(out, ve)
 		if i >= len(out) {
-			return false
+			return mo, false
 		}
 		if out[i] == '}' {
-			return skipSpace(out, i+1) == len(out)
+			return mo, fastjson.SkipSpace(out, i+1) == len(out)
 		}
 		if out[i] != ',' {
-			return false
+			return mo, false
 		}
-		i = skipSpace(out, i+1)
+		i = fastjson.SkipSpace(out, i+1)
 	}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string starting at b[i] (a quote),
-// or -1. Escapes are only skipped, not checked. Runs of eight bytes with
-// neither a quote nor a backslash are skipped at once: most of a
-// mutated_object's bytes are in strings, and this scan was 2% of serve's CPU
-// on the 5 KB Pod.
-func skipString(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			if hasByte(x, '"') || hasByte(x, '\\') {
-				break
-			}
-			i += 8
-		}
-		if i >= len(b) {
-			break
-		}
-		switch b[i] {
-		case '"':
-			return i + 1
-		case '\\':
-			i++
-		}
-	}
-	return -1
-}
-
-// hasByte reports whether one of the eight bytes of x is c (the SWAR test of
-// sdk/fastjson's scanner).
-func hasByte(x uint64, c byte) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	v := x ^ (ones * uint64(c))
-	return (v-ones)&^v&highs != 0
 }
 
 // structural marks the bytes skipValue stops at inside a container.
@@ -162,7 +114,7 @@ func skipValue(b []byte, i int) int {
 	}
 	switch b[i] {
 	case '"':
-		return skipString(b, i)
+		return fastjson.StringEnd(b, i)
 	case '{', '[':
 	default: // a number or literal: up to the next delimiter
 		for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ']' && b[i] != ' ' && b[i] != '\n' && b[i] != '\r' && b[i] != '\t' {
@@ -180,7 +132,7 @@ func skipValue(b []byte, i int) int {
 		}
 		switch b[i] {
 		case '"':
-			e := skipString(b, i)
+			e := fastjson.StringEnd(b, i)
 			if e < 0 {
 				return -1
 			}

@@ -296,6 +296,31 @@ func SkipSpace(b []byte, i int) int {
 	return i
 }
 
+// StringEnd returns the offset after the string starting at b[i] (a quote),
+// or -1 when it does not end. Escapes are skipped, not checked (Index.Scan
+// checks them); runs of eight bytes without a quote or a backslash are
+// passed at once.
+func StringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		for i+8 <= len(b) {
+			if x := le64(b, i); hasByte(x, '"') || hasByte(x, '\\') {
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
+		switch b[i] {
+		case '"':
+			return i + 1
+		case '\\':
+			i++
+		}
+	}
+	return -1
+}
+
 // le64 is the eight bytes b[i:i+8] as a little-endian number, as
 // binary.LittleEndian.Uint64(b[i:]) is (Go's compiler makes both one load).
 func le64(b []byte, i int) uint64 {
