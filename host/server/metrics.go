@@ -36,6 +36,9 @@ type metrics struct {
 	limits          *prometheus.GaugeVec
 	bodyBytes       prometheus.Gauge
 	h2Parked        prometheus.Gauge
+	// extra are the caller's collectors (Options.Metrics), registered by
+	// addCollector; dropPolicy covers their policy series too.
+	extra []prometheus.Collector
 }
 
 func newMetrics() *metrics {
@@ -162,7 +165,7 @@ func newMetrics() *metrics {
 	f(m.policyCooldown)
 	m.limits = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tollgate_server_limit",
-		Help: "The server's admission limits: workers, policy_workers (one policy's share), queue, policy_queue (one policy's share), request_bytes_in_flight, connections.",
+		Help: "The server's admission limits: workers, policy_workers (one policy's share), queue, policy_queue (one policy's share), request_bytes_in_flight, connections, policy_cooldown_after (timeouts in a row before a cool-down).",
 	}, []string{"limit"})
 	f(m.limits)
 	m.bodyBytes = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -195,12 +198,22 @@ func boolLabel(b bool) string {
 // dropPolicy removes the series of a policy that serving no longer has
 // (labels never outlive their policy: a cluster whose policies come and go
 // with reloads would otherwise grow its series without bound).
+// The caller's collectors lose theirs when they are vectors with a policy
+// label (serve's guest log drops, the capabilities' metrics); others are
+// left alone.
 func (m *metrics) dropPolicy(id string) {
 	l := prometheus.Labels{"policy": id}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-		m.evaluations, m.evalDuration, m.evalErrors, m.policyQueued, m.policyRunning,
-		m.policyRejected, m.policyCooldowns, m.policyCooldown,
-	} {
-		v.DeletePartialMatch(l)
+	own := []prometheus.Collector{m.evaluations, m.evalDuration, m.evalErrors, m.policyQueued, m.policyRunning,
+		m.policyRejected, m.policyCooldowns, m.policyCooldown}
+	for _, c := range append(own, m.extra...) {
+		if v, ok := c.(interface{ DeletePartialMatch(prometheus.Labels) int }); ok {
+			v.DeletePartialMatch(l)
+		}
 	}
+}
+
+// addCollector serves c on /metrics beside the server's own.
+func (m *metrics) addCollector(c prometheus.Collector) {
+	m.reg.MustRegister(c)
+	m.extra = append(m.extra, c)
 }

@@ -152,7 +152,7 @@ func Open(o Options) (*Server, error) {
 	s := &Server{o: o, opts: o.Config.Options, log: o.Logger, m: newMetrics(), stop: make(chan struct{})}
 	s.lim = s.newLimiter()
 	for _, c := range o.Metrics {
-		s.m.reg.MustRegister(c)
+		s.m.addCollector(c)
 	}
 	if o.API != nil {
 		s.api = newAPIState(s.m.reg)
@@ -315,19 +315,6 @@ func (s *Server) dropRemoved(old *policySet) {
 	for id := range old.entries {
 		if !serving(id) {
 			s.m.dropPolicy(id)
-			dropFromCollectors(s.o.Metrics, id)
-		}
-	}
-}
-
-// dropFromCollectors deletes policy id's series from the caller's collectors
-// (Options.Metrics) that are vectors with a "policy" label, such as the
-// guest log's dropped lines; others are left alone.
-func dropFromCollectors(cs []prometheus.Collector, id string) {
-	l := prometheus.Labels{"policy": id}
-	for _, c := range cs {
-		if v, ok := c.(interface{ DeletePartialMatch(prometheus.Labels) int }); ok {
-			v.DeletePartialMatch(l)
 		}
 	}
 }
