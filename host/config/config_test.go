@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -57,6 +58,14 @@ func TestParsePoliciesErrors(t *testing.T) {
 		{"syntax", "a: [", []string{"p.yml", "malformed YAML"}},
 		{"top level list", "- a", []string{"p.yml:1", "top level must be a map"}},
 		{"slash in id", "a/b: {module: x}", []string{`"a/b"`, "must not contain '/'"}},
+		{"dot id", "'.': {module: x}", []string{"p.yml:1", `policy "."`, "field id", `must not be "." or ".."`}},
+		{"dot-dot id", "'..': {module: x}", []string{"p.yml:1", `policy ".."`, "field id", "could never be reached"}},
+		{"space in id", "'a b': {module: x}", []string{`policy "a b"`, "URL path segment", `not ' '`}},
+		{"percent in id", "a%41: {module: x}", []string{`policy "a%41"`, "URL path segment", `not '%'`}},
+		{"query in id", "'a?b': {module: x}", []string{`policy "a?b"`, `not '?'`}},
+		{"fragment in id", "'a#b': {module: x}", []string{`policy "a#b"`, `not '#'`}},
+		{"newline in id", "\"a\\nb\": {module: x}", []string{"URL path segment", `not '\n'`}},
+		{"non-ASCII id", "é: {module: x}", []string{"URL path segment", `not 'é'`}},
 		{"missing module", "a: {settings: {}}", []string{`policy "a"`, "field module", "missing"}},
 		{"bad mode", "a: {module: x, policyMode: audit}", []string{`policy "a"`, "field policyMode", `value "audit"`, "protect or monitor"}},
 		{"bad mutate", "a: {module: x, allowedToMutate: yes please}", []string{"field allowedToMutate", `"yes please"`}},
@@ -270,4 +279,22 @@ func FuzzParseSources(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = ParseSources("fuzz.yml", data)
 	})
+}
+
+// TestParsePoliciesIDsAsPathSegments: every character a path segment holds
+// unescaped is accepted in an id, dots included when the id is more than "."
+// or "..".
+func TestParsePoliciesIDsAsPathSegments(t *testing.T) {
+	ids := []string{"a.b", "...", ".hidden", "Pod_Privileged-v1~2", "a:b@c", "!$&()*+,;="}
+	var doc strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&doc, "%q: {module: x}\n", id)
+	}
+	pols, _, err := ParsePolicies("p.yml", []byte(doc.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pols) != len(ids) {
+		t.Fatalf("%d policies, want %d", len(pols), len(ids))
+	}
 }

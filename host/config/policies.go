@@ -184,6 +184,9 @@ func ParsePolicies(file string, data []byte) (pols []Policy, warnings []Warning,
 		case strings.Contains(id, "/"):
 			p.fail(k, id, "", "id", strconv.Quote(id), "a policy id must not contain '/'")
 			continue
+		case badPathSegment(id) != "":
+			p.fail(k, id, "", "id", strconv.Quote(id), badPathSegment(id))
+			continue
 		case seen[id]:
 			p.fail(k, id, "", "id", strconv.Quote(id), "duplicate policy id")
 			continue
@@ -641,4 +644,25 @@ func (p *parser) toJSONValue(n *yaml.Node, depth int) (any, error) {
 		}
 	}
 	return nil, fmt.Errorf("line %d: unsupported YAML node", n.Line)
+}
+
+// badPathSegment says why id cannot be served as the last segment of its
+// endpoints' paths (/validate/{id}), or "" when it can. "." and ".." are
+// removed from a path by every client and by the server's router (which
+// redirects to the cleaned path), so such a policy could never be reached.
+// Other ids are used verbatim in URLs (the operator's webhook paths, curl,
+// the docs), so they may hold only what a path segment holds unescaped (RFC
+// 3986 pchar: letters, digits, "-._~!$&'()*+,;=:@"), never '%' (the server
+// unescapes the segment: "a%41" would be served as "aA").
+func badPathSegment(id string) string {
+	if id == "." || id == ".." {
+		return "a policy id must not be \".\" or \"..\": a URL path cannot end in such a segment, so /validate/" + id + " could never be reached"
+	}
+	for i, r := range id {
+		if 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-._~!$&'()*+,;=:@", r) {
+			continue
+		}
+		return fmt.Sprintf("a policy id must be usable verbatim as a URL path segment (/validate/{id}): ASCII letters, digits and -._~!$&'()*+,;=:@ only, not %q (byte %d)", r, i)
+	}
+	return ""
 }
