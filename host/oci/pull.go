@@ -13,7 +13,8 @@ import (
 )
 
 // Pull fetches uri from its registry into the store and records it in the
-// store's index. Blobs already in the store are not downloaded again.
+// store's index. Blobs already in the store (and whose content still hashes
+// to their digest) are not downloaded again; a corrupted one is replaced.
 // Every blob is verified against its digest; the manifest must have exactly
 // one Wasm layer no larger than the configured limit. progress, if not nil,
 // receives human-readable progress lines for the Wasm layer.
@@ -52,12 +53,14 @@ func (c *Client) pull(ctx context.Context, ref Reference, progress io.Writer) (S
 	if m.Config.Size > maxManifestSize {
 		return StoreEntry{}, fmt.Errorf("%w: %s: config blob is %d bytes, limit %d", ErrTooLarge, ref, m.Config.Size, maxManifestSize)
 	}
-	if !c.store.hasBlob(layer.Digest, layer.Size) {
+	// A stored blob is verified before it is trusted: a corrupted one is
+	// downloaded again and replaced.
+	if !c.store.hasValidBlob(layer) {
 		if err := c.fetchBlob(ctx, repo, layer, ref, progress); err != nil {
 			return StoreEntry{}, err
 		}
 	}
-	if m.Config.Digest != "" && !c.store.hasBlob(m.Config.Digest, m.Config.Size) {
+	if m.Config.Digest != "" && !c.store.hasValidBlob(m.Config) {
 		if err := c.fetchBlob(ctx, repo, m.Config, ref, nil); err != nil {
 			return StoreEntry{}, err
 		}

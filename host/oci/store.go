@@ -138,13 +138,34 @@ func (s *Store) hasBlob(d digest.Digest, size int64) bool {
 	return err == nil && fi.Mode().IsRegular() && (size < 0 || fi.Size() == size)
 }
 
-// writeBlob copies r into the store as blob desc, verifying size and digest.
+// hasValidBlob reports whether a blob exists with the expected size and
+// content: a stored blob that does not hash to its digest (a disk error, a
+// hand edit) does not count, so that a pull fetches it again and replaces
+// it. It reads the whole blob.
+func (s *Store) hasValidBlob(desc ocispec.Descriptor) bool {
+	if !s.hasBlob(desc.Digest, desc.Size) {
+		return false
+	}
+	f, err := os.Open(s.BlobPath(desc.Digest))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	v := desc.Digest.Verifier()
+	if _, err := io.Copy(v, f); err != nil {
+		return false
+	}
+	return v.Verified()
+}
+
+// writeBlob copies r into the store as blob desc, verifying size and digest;
+// a stored blob of that digest whose content does not match it is replaced.
 // Nothing is left in blobs/ unless the content matched.
 func (s *Store) writeBlob(desc ocispec.Descriptor, r io.Reader) error {
 	if err := desc.Digest.Validate(); err != nil {
 		return fmt.Errorf("%w: %q: %v", ErrDigestMismatch, desc.Digest, err)
 	}
-	if s.hasBlob(desc.Digest, desc.Size) {
+	if s.hasValidBlob(desc) {
 		return nil
 	}
 	f, err := os.CreateTemp(s.ingestDir(), "blob-*")
