@@ -290,6 +290,9 @@ func summaryLine(s *audit.Summary, reports bool) string {
 		len(s.Audited), len(s.Skipped), len(s.Errored), s.Namespaces, s.Listed, s.Evaluated, s.Pass, s.Fail, s.Error)
 	if reports {
 		fmt.Fprintf(&b, "; reports %d created, %d updated, %d deleted, %d unchanged", s.Created, s.Updated, s.Deleted, s.Unchanged)
+		if s.Replaced > 0 {
+			fmt.Fprintf(&b, " (%d updated over a report the audit did not write)", s.Replaced)
+		}
 	}
 	fmt.Fprintf(&b, "; %s", s.Duration.Round(time.Millisecond))
 	if len(s.Failures) > 0 {

@@ -2,7 +2,9 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strconv"
 	"sync"
@@ -64,6 +66,7 @@ type reportWriter struct {
 	policies map[string]*Policy
 	skipped  int
 	parallel int
+	log      *slog.Logger
 }
 
 // build is the report of one object (one per audited object, named by its UID and owned by it,
@@ -146,7 +149,21 @@ func sameReport(a, b *orv1.Report) bool {
 		equality.Semantic.DeepEqual(a.Results, b.Results)
 }
 
-type reconcileCounts struct{ created, updated, deleted, unchanged int }
+// reconcileCounts: replaced counts the reports written over a report the audit did not write
+// (also counted as updated).
+type reconcileCounts struct{ created, updated, deleted, unchanged, replaced int }
+
+// errForeign: a report of that name exists and was not written by the audit (no
+// app.kubernetes.io/managed-by=tollgate label).
+var errForeign = errors.New("a report the audit did not write holds the name")
+
+// foreign reports whether r was not written by the audit. The name of an audited object's
+// report is the audit's: a report there that it did not write (one a tenant created for its own
+// object before the audit ran, with a passing result) is never trusted nor left in place, but
+// replaced by the audit's.
+func foreign(r *orv1.Report) bool {
+	return r.Labels[LabelManagedBy] != ManagedBy || r.Source != ResultSource
+}
 
 // reconcile makes the reports of namespace ("" for cluster-scoped) be exactly one per object
 // of objs: creates the missing, updates the changed, deletes the ones of objects that are gone
@@ -210,11 +227,19 @@ func (w *reportWriter) reconcile(ctx context.Context, namespace string, objs map
 	parallel(w.parallel, len(ops), func(i int) {
 		o := ops[i]
 		err := w.write(ctx, res, o.name, o.report, o.create)
+		replaced := false
+		if errors.Is(err, errForeign) {
+			// The list sees only the audit's reports: another one holds the name.
+			err, replaced = w.takeOver(ctx, res, o.name, o.report), true
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
 		case err != nil:
 			errs = append(errs, err)
+		case replaced:
+			rc.updated++
+			rc.replaced++
 		case o.report == nil:
 			rc.deleted++
 		case o.create:
@@ -242,7 +267,9 @@ func (w *reportWriter) write(ctx context.Context, res dynamic.ResourceInterface,
 	if create {
 		_, err = res.Create(ctx, u, metav1.CreateOptions{FieldManager: "tollgate-audit"})
 		if apierrors.IsAlreadyExists(err) {
-			return nil // another run wrote it meanwhile; the next run compares it
+			// Another run wrote it meanwhile (the next run compares it), or a report the
+			// audit did not write holds the name: the caller takes it over.
+			return errForeign
 		}
 	} else {
 		_, err = res.Update(ctx, u, metav1.UpdateOptions{FieldManager: "tollgate-audit"})
@@ -258,6 +285,40 @@ func (w *reportWriter) write(ctx context.Context, res dynamic.ResourceInterface,
 		return fmt.Errorf("%s report %s%s (%s): %w", verb, name, inNamespace(r.Namespace), r.Scope.Kind+" "+r.Scope.Name, err)
 	}
 	return nil
+}
+
+// takeOver writes r over the report that holds its name, whoever wrote it, and logs a report
+// the audit did not write. A report the audit wrote meanwhile (another run) is left to the
+// next run.
+func (w *reportWriter) takeOver(ctx context.Context, res dynamic.ResourceInterface, name string, r *orv1.Report) error {
+	u, err := res.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return w.write(ctx, res, name, r, true)
+	}
+	if err != nil {
+		return fmt.Errorf("reading report %s%s: %w", name, inNamespace(r.Namespace), err)
+	}
+	var prev orv1.Report
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &prev); err != nil {
+		return fmt.Errorf("report %s%s: %w", name, inNamespace(r.Namespace), err)
+	}
+	if !foreign(&prev) {
+		return nil
+	}
+	w.warnForeign(&prev, r)
+	r.ResourceVersion = prev.ResourceVersion
+	return w.write(ctx, res, name, r, false)
+}
+
+// warnForeign logs that the audit replaces a report it did not write.
+func (w *reportWriter) warnForeign(prev, r *orv1.Report) {
+	if w.log == nil {
+		return
+	}
+	w.log.Warn("replacing a report the audit did not write, at the name of an audited object's report",
+		"report", prev.Name, "namespace", prev.Namespace, "object", r.Scope.Kind+" "+r.Scope.Name,
+		"managedBy", prev.Labels[LabelManagedBy], "source", prev.Source,
+		"pass", prev.Summary.Pass, "fail", prev.Summary.Fail)
 }
 
 // reconcileOne brings the report of one object up to date (incremental mode): o nil deletes it
@@ -279,16 +340,22 @@ func (w *reportWriter) reconcileOne(ctx context.Context, namespace, uid string, 
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, prev); err != nil {
 			return rc, fmt.Errorf("report %s%s: %w", uid, inNamespace(namespace), err)
 		}
-		if prev.Labels[LabelManagedBy] != ManagedBy {
-			return rc, nil // not ours
-		}
 	}
 	if o == nil {
-		if prev == nil {
-			return rc, nil
+		if prev == nil || foreign(prev) {
+			return rc, nil // nothing audited: a report the audit did not write is not its to delete
 		}
 		rc.deleted++
 		return rc, w.write(ctx, res, uid, nil, false)
+	}
+	if prev != nil && foreign(prev) {
+		// Never trusted: its results and timestamps are not kept.
+		r := w.build(o, namespace, nil)
+		w.warnForeign(prev, r)
+		r.ResourceVersion = prev.ResourceVersion
+		rc.updated++
+		rc.replaced++
+		return rc, w.write(ctx, res, uid, r, false)
 	}
 	r := w.build(o, namespace, prev)
 	switch {

@@ -116,7 +116,7 @@ func prepare(ctx context.Context, cfg *rest.Config, o *Options) (a *auditor, don
 		for _, p := range policies {
 			byID[p.ID] = p
 		}
-		a.reports = &reportWriter{dyn: dyn, api: api, policies: byID, skipped: len(s.Skipped), parallel: min(o.ParallelResources, 20)}
+		a.reports = &reportWriter{dyn: dyn, api: api, policies: byID, skipped: len(s.Skipped), parallel: min(o.ParallelResources, 20), log: o.Logger}
 	}
 	return a, done, nil
 }
@@ -313,6 +313,7 @@ func (a *auditor) scope(ctx context.Context, namespace string, nsLabels map[stri
 		s.Updated += rc.updated
 		s.Deleted += rc.deleted
 		s.Unchanged += rc.unchanged
+		s.Replaced += rc.replaced
 	})
 }
 

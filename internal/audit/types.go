@@ -110,8 +110,11 @@ type Summary struct {
 	ByPolicy          map[string]*Counts `json:"byPolicy,omitempty"`
 	// End is when the pass ended.
 	End time.Time `json:"end"`
-	// Reports created, updated, deleted and left alone (unchanged).
+	// Reports created, updated, deleted and left alone (unchanged). Replaced counts the updates
+	// that wrote over a report the audit did not write, at the name of an audited object's
+	// report (a tenant's pre-created report, say): never trusted, never left in place.
 	Created, Updated, Deleted, Unchanged int
+	Replaced                             int
 	// Failures are the run's own failures (a list or a report write that failed): Run returns an
 	// error when there is any.
 	Failures []string `json:"failures,omitempty"`
