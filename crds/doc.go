@@ -3,7 +3,8 @@
 // The Helm chart carries the same files (charts/tollgate/crds), and tests install them into a
 // real kube-apiserver.
 //
-// Subpackage api/v1 holds the types; the reconcilers behind `tollgate controller` live in
-// internal/operator. This package itself only serves the generated YAML: it must not know how
-// it is reconciled.
+// Subpackage api/v1 holds the types and the names of the objects made for them; the reconcilers
+// behind `tollgate controller` live in crds/controller, the audit behind `tollgate audit` in
+// crds/audit. This package itself only serves the generated YAML: it must not know how it is
+// reconciled or audited.
 package crds

@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/crds/audit"
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/policy"
-	"github.com/tollgate-dev/tollgate/internal/audit"
 	"github.com/tollgate-dev/tollgate/internal/kubeclient"
 )
 

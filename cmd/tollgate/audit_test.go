@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate-dev/tollgate/internal/audit"
+	"github.com/tollgate-dev/tollgate/crds/audit"
 )
 
 // TestAuditBadInput: every bad flag or manifest of tollgate audit is an error that names the

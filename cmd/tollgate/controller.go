@@ -15,13 +15,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tollgate-dev/tollgate/crds/controller"
 	"github.com/tollgate-dev/tollgate/host/config"
-	"github.com/tollgate-dev/tollgate/internal/operator"
 )
 
 // controllerFlags are the flags of `tollgate controller`.
 type controllerFlags struct {
-	o              operator.Options
+	o              controller.Options
 	logLevel       string
 	logFmt         string
 	alwaysAcceptNS bool
@@ -72,7 +72,7 @@ func (f *controllerFlags) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.o.CAPropagationDelay, "ca-propagation-delay", 2*time.Minute, "how long a renewed CA is only trusted (in every webhook's caBundle) before it signs certificates")
 	fs.DurationVar(&f.o.CertCheckInterval, "cert-check-interval", time.Hour, "how often certificates are checked for expiry")
 	fs.BoolVar(&f.alwaysAcceptNS, "always-accept-admission-reviews-on-deployments-namespace", true, "policy servers accept every request in --namespace without evaluation, so a broken policy cannot lock tollgate out of its own namespace")
-	fs.StringSliceVar(&f.o.SkipNamespaces, "skip-namespaces", slices.Clone(operator.DefaultSkipNamespaces), "namespaces every cluster-wide policy leaves out (besides --namespace) unless it names them in spec.includeSkippedNamespaces; empty skips none")
+	fs.StringSliceVar(&f.o.SkipNamespaces, "skip-namespaces", slices.Clone(controller.DefaultSkipNamespaces), "namespaces every cluster-wide policy leaves out (besides --namespace) unless it names them in spec.includeSkippedNamespaces; empty skips none")
 	fs.DurationVar(&f.o.StatusPollInterval, "status-poll-interval", 500*time.Millisecond, "how often a pending policy's servers are asked (GET /policies) whether they serve it")
 	fs.StringVar(&f.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&f.logFmt, "log-fmt", "text", "text or json")
@@ -80,7 +80,7 @@ func (f *controllerFlags) addFlags(fs *pflag.FlagSet) {
 
 // options checks the flags and returns the controller's options; every error names the flag
 // and its value.
-func (f *controllerFlags) options(stderr io.Writer) (operator.Options, error) {
+func (f *controllerFlags) options(stderr io.Writer) (controller.Options, error) {
 	o := f.o
 	o.AlwaysAcceptAdmissionReviewsOnNamespace = f.alwaysAcceptNS
 	if o.Namespace == "" {
@@ -122,5 +122,5 @@ func runController(cmd *cobra.Command, f *controllerFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return operator.Run(ctx, o)
+	return controller.Run(ctx, o)
 }

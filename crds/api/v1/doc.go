@@ -8,7 +8,11 @@
 // validating webhooks Kubewarden runs, so these CRDs need no webhook. `make crds` generates the
 // manifests in crds/ from these types.
 //
-// This package must not know how the resources are reconciled (internal/operator) nor anything of
+// names.go holds the names of the objects the controller makes for these resources (a policy
+// server's Deployment, Service and Secret, a policy's id and webhook), by which the audit and other
+// clients find them.
+//
+// This package must not know how the resources are reconciled (crds/controller) nor anything of
 // the policy host: it is plain data, importable by clients.
 //
 // +kubebuilder:object:generate=true
