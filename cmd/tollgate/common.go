@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 )
 
 // runtimeFlags are shared by every command that loads a module.
@@ -27,6 +28,10 @@ type runtimeFlags struct {
 	timeout     time.Duration
 	memoryLimit uint64
 	logLevel    string
+	// The module limits and compile budget (docs/server.md, "Security model").
+	maxModuleBytes, maxBodyBytes, maxLocals, maxNesting uint64
+	compileTimeout                                      time.Duration
+	compileMemory                                       uint64
 }
 
 func (f *runtimeFlags) register(cmd *cobra.Command) {
@@ -35,6 +40,20 @@ func (f *runtimeFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", policy.DefaultTimeout, "evaluation deadline")
 	cmd.Flags().Uint64Var(&f.memoryLimit, "memory-limit", wasm.DefaultMemoryLimit, "linear-memory cap per instance, in bytes")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level of policy logs on stderr: debug, info, warn, error")
+	d := wasmbin.DefaultLimits()
+	cmd.Flags().Uint64Var(&f.maxModuleBytes, "max-module-bytes", d.ModuleBytes, "largest module loaded, in bytes")
+	cmd.Flags().Uint64Var(&f.maxBodyBytes, "max-function-body-bytes", uint64(d.BodyBytes), "largest function body of a module, in bytes")
+	cmd.Flags().Uint64Var(&f.maxLocals, "max-function-locals", uint64(d.Locals), "most locals one function of a module declares")
+	cmd.Flags().Uint64Var(&f.maxNesting, "max-nesting-depth", uint64(d.Nesting), "deepest nesting of blocks, loops and ifs in one function of a module")
+	cmd.Flags().DurationVar(&f.compileTimeout, "compile-timeout", wasm.DefaultCompileTimeout, "time one module may take to compile (in a compiler process, killed after it)")
+	cmd.Flags().Uint64Var(&f.compileMemory, "compile-memory-limit", wasm.DefaultCompileMemoryBytes, "memory one module's compile may use, in bytes")
+}
+
+// limits are the module limits of the flags (values over 32 bits are the
+// largest 32-bit value).
+func (f *runtimeFlags) limits() wasm.Limits {
+	u32 := func(v uint64) uint32 { return uint32(min(v, 1<<32-1)) }
+	return wasm.Limits{ModuleBytes: f.maxModuleBytes, BodyBytes: u32(f.maxBodyBytes), Locals: u32(f.maxLocals), Nesting: u32(f.maxNesting)}
 }
 
 func (f *runtimeFlags) logger() *slog.Logger {
@@ -44,7 +63,8 @@ func (f *runtimeFlags) logger() *slog.Logger {
 }
 
 func (f *runtimeFlags) newHost(ctx context.Context) (*policy.Host, error) {
-	return policy.NewHost(ctx, policy.HostOptions{CacheDir: f.cacheDir, DisableCache: f.noCache, Logger: f.logger()})
+	return policy.NewHost(ctx, policy.HostOptions{CacheDir: f.cacheDir, DisableCache: f.noCache, Logger: f.logger(),
+		Limits: f.limits(), CompileTimeout: f.compileTimeout, CompileMemoryBytes: f.compileMemory})
 }
 
 // newResolver is the module resolver every command uses. Other schemes

@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/module"
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/server"
+	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/internal/demo"
 	"github.com/tollgate-dev/tollgate/internal/redact"
 )
@@ -109,7 +110,11 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		Help: "Log lines of a policy dropped because it logged above its rate limit."}, []string{"policy"})
 	host, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: o.CacheDir, Logger: logger,
 		GuestLogDropped:       func(id string) { logsDropped.WithLabelValues(id).Inc() },
-		InstanceRecycleGrowth: recycleGrowth(o.InstanceRecycleGrowth)})
+		InstanceRecycleGrowth: recycleGrowth(o.InstanceRecycleGrowth),
+		Limits: wasm.Limits{ModuleBytes: uint64(o.MaxModuleBytes), BodyBytes: uint32(o.MaxFunctionBodyBytes),
+			Locals: uint32(o.MaxFunctionLocals), Nesting: uint32(o.MaxNestingDepth)},
+		CompileTimeout: o.CompileTimeout, CompileMemoryBytes: uint64(o.CompileMemoryLimit),
+		MemoryBudgetBytes: uint64(o.PoliciesMemoryBudget)})
 	if err != nil {
 		return err
 	}

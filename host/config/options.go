@@ -62,6 +62,20 @@ type Options struct {
 	ShutdownTimeout         time.Duration
 	ShutdownDelay           time.Duration
 
+	// Loading untrusted modules (docs/server.md, "Security model"):
+	// structural limits checked before a module is compiled, and the time
+	// and memory budget of one compile (in a compiler process).
+	MaxModuleBytes       int64
+	MaxFunctionBodyBytes int64
+	MaxFunctionLocals    int64
+	MaxNestingDepth      int64
+	CompileTimeout       time.Duration
+	CompileMemoryLimit   int64
+	// PoliciesMemoryBudget bounds the compiled code and instance memory of
+	// all loaded policies together (0: derived from the cgroup's memory
+	// limit, see host/wasm.DefaultMemoryBudget).
+	PoliciesMemoryBudget int64
+
 	AlwaysAcceptNamespace string
 	Strict                bool
 	Watch                 bool
@@ -90,16 +104,24 @@ func Defaults() Options {
 		MemoryLimitBytes:      256 << 20,
 		InstanceRecycleGrowth: 8 << 20,
 		PolicyCooldownAfter:   3,
-		MaxRequestBytes:       3 << 20, // the Kubernetes API server's own request limit is 3 MiB
-		MaxConnections:        256,
-		ReadTimeout:           10 * time.Second,
-		WriteTimeout:          30 * time.Second,
-		ShutdownTimeout:       30 * time.Second,
-		ShutdownDelay:         3 * time.Second,
-		Watch:                 true,
-		LogLevel:              "info",
-		LogFmt:                "text",
-		PoliciesEndpoint:      PoliciesOnProbe,
+		// The engine's defaults (host/wasm: wasmbin.DefaultLimits,
+		// DefaultCompileTimeout, DefaultCompileMemoryBytes).
+		MaxModuleBytes:       256 << 20,
+		MaxFunctionBodyBytes: 7_654_321,
+		MaxFunctionLocals:    50_000,
+		MaxNestingDepth:      20_000,
+		CompileTimeout:       2 * time.Minute,
+		CompileMemoryLimit:   3 << 30,
+		MaxRequestBytes:      3 << 20, // the Kubernetes API server's own request limit is 3 MiB
+		MaxConnections:       256,
+		ReadTimeout:          10 * time.Second,
+		WriteTimeout:         30 * time.Second,
+		ShutdownTimeout:      30 * time.Second,
+		ShutdownDelay:        3 * time.Second,
+		Watch:                true,
+		LogLevel:             "info",
+		LogFmt:               "text",
+		PoliciesEndpoint:     PoliciesOnProbe,
 	}
 }
 
@@ -147,6 +169,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.WriteTimeout, "write-timeout", o.WriteTimeout, "time to write a whole response")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "time to drain in-flight requests on SIGTERM")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay, "on SIGTERM, keep serving this long, unready and closing each connection after its response, before draining (lets endpoints and clients' keep-alive connections move to other replicas; 0: drain at once)")
+	fs.Int64Var(&o.MaxModuleBytes, "max-module-bytes", o.MaxModuleBytes, "largest policy module loaded, in bytes")
+	fs.Int64Var(&o.MaxFunctionBodyBytes, "max-function-body-bytes", o.MaxFunctionBodyBytes, "largest function body of a module, in bytes (V8's and wasmtime's limit)")
+	fs.Int64Var(&o.MaxFunctionLocals, "max-function-locals", o.MaxFunctionLocals, "most locals one function of a module declares (V8's and wasmtime's limit)")
+	fs.Int64Var(&o.MaxNestingDepth, "max-nesting-depth", o.MaxNestingDepth, "deepest nesting of blocks, loops and ifs in one function of a module (the compiler's time grows faster than this)")
+	fs.DurationVar(&o.CompileTimeout, "compile-timeout", o.CompileTimeout, "time one module may take to compile (in a compiler process, killed after it; its CPU time is bounded too)")
+	fs.Int64Var(&o.CompileMemoryLimit, "compile-memory-limit", o.CompileMemoryLimit, "memory one module's compile may use, in bytes (the compiler process is stopped beyond it)")
+	fs.Int64Var(&o.PoliciesMemoryBudget, "policies-memory-budget", o.PoliciesMemoryBudget, "memory all loaded policies may hold together (compiled code and instance memory), in bytes; a policy whose load would exceed it fails with the reason (0: 3/4 of the container's memory limit, else of the machine's memory)")
 	fs.StringVar(&o.AlwaysAcceptNamespace, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNamespace, "accept every request in this namespace without evaluating policies")
 	fs.BoolVar(&o.Strict, "strict", o.Strict, "exit at start-up if any policy fails to load (default: serve the others, answer 500 for the failed one)")
 	fs.BoolVar(&o.Watch, "watch", o.Watch, "reload policies.yml when it changes (SIGHUP always reloads)")
@@ -262,6 +291,28 @@ func (o *Options) Validate() error {
 	}
 	if o.InstanceRecycleGrowth < 0 {
 		bad("instance-recycle-growth", o.InstanceRecycleGrowth, "must be >= 0 (0: never)")
+	}
+	for _, l := range []struct {
+		name   string
+		v, max int64
+	}{
+		{"max-module-bytes", o.MaxModuleBytes, 1 << 40},
+		{"max-function-body-bytes", o.MaxFunctionBodyBytes, 1<<32 - 1},
+		{"max-function-locals", o.MaxFunctionLocals, 1<<32 - 1},
+		{"max-nesting-depth", o.MaxNestingDepth, 1<<32 - 1},
+	} {
+		if l.v < 1 || l.v > l.max {
+			bad(l.name, l.v, fmt.Sprintf("must be 1-%d", l.max))
+		}
+	}
+	if o.PoliciesMemoryBudget < 0 {
+		bad("policies-memory-budget", o.PoliciesMemoryBudget, "must be >= 0 (0: derived from the memory limit)")
+	}
+	if o.CompileTimeout <= 0 {
+		bad("compile-timeout", o.CompileTimeout, "must be > 0")
+	}
+	if o.CompileMemoryLimit < 64<<20 {
+		bad("compile-memory-limit", o.CompileMemoryLimit, "must be at least 64 MiB")
 	}
 	if o.MaxRequestBytes < 1024 {
 		bad("max-request-bytes", o.MaxRequestBytes, "must be at least 1024")

@@ -326,18 +326,31 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		_ = mod.Close(context.Background())
 		return nil, err
 	}
-	if m.major == 0 {
-		// The first instance: the ABI version, the builtins, the entrypoints.
-		if err := m.readABI(mod); err != nil {
-			return fail(err)
-		}
-	}
 	if m.interrupt != "" {
 		g, ok := mod.ExportedGlobal(m.interrupt).(api.MutableGlobal)
 		if !ok {
 			return fail(fmt.Errorf("%w: the instrumented module does not export the mutable global %s", wasm.ErrInstantiate, m.interrupt))
 		}
 		inst.interrupt = g
+		// wasmbin.Instrument exports the start section's function instead:
+		// it runs here, interruptible, before anything else.
+		if f := mod.ExportedFunction(wasmbin.StartExport); f != nil {
+			stop := context.AfterFunc(ctx, func() { g.Set(1) })
+			_, err := f.Call(ctx)
+			stop()
+			if err != nil {
+				if ctx.Err() != nil {
+					return fail(fmt.Errorf("%w: %w in the start function: %v", wasm.ErrInstantiate, wasm.ErrTimeout, err))
+				}
+				return fail(fmt.Errorf("%w: the start function: %v", wasm.ErrInstantiate, err))
+			}
+		}
+	}
+	if m.major == 0 {
+		// The first instance: the ABI version, the builtins, the entrypoints.
+		if err := m.readABI(mod); err != nil {
+			return fail(err)
+		}
 	}
 	fns := map[string]*api.Function{
 		"opa_malloc": &inst.malloc, "opa_json_parse": &inst.jsonParse, "opa_json_dump": &inst.jsonDump,

@@ -58,6 +58,15 @@ type HostOptions struct {
 	// wasm.DefaultRecycleGrowth; a negative value keeps instances whatever
 	// they grow to (up to the memory limit).
 	InstanceRecycleGrowth int64
+	// Limits are the structural limits of modules (wasm.Config.Limits);
+	// CompileTimeout and CompileMemoryBytes the budget of one compile
+	// (wasm.Config); zero values are the engine's defaults.
+	Limits             wasm.Limits
+	CompileTimeout     time.Duration
+	CompileMemoryBytes uint64
+	// MemoryBudgetBytes bounds the compiled code and instance memory of
+	// the waPC policies loaded (wasm.Config.MemoryBudgetBytes; zero: derived).
+	MemoryBudgetBytes uint64
 }
 
 // Host loads policies. Policies whose modules have the same digest and memory
@@ -81,7 +90,9 @@ func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	e, err := wasm.NewEngine(ctx, wasm.Config{CacheDir: o.CacheDir, DisableCache: o.DisableCache, Logger: logger})
+	e, err := wasm.NewEngine(ctx, wasm.Config{CacheDir: o.CacheDir, DisableCache: o.DisableCache, Logger: logger,
+		Limits: o.Limits, CompileTimeout: o.CompileTimeout, CompileMemoryBytes: o.CompileMemoryBytes,
+		MemoryBudgetBytes: o.MemoryBudgetBytes})
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +274,10 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 		}
 		p.pool, p.shared = sp.pool, sp
 	} else {
-		pool, err := mod.NewPoolConfig(p.withHostCalls(ctx), wasm.PoolConfig{Size: size, RecycleGrowth: h.recycle})
+		// The start of an instance (start function, _initialize) is bounded
+		// like an evaluation, but by no less than wasm.DefaultStartTimeout:
+		// a standard-Go module's runtime start takes a while on a busy node.
+		pool, err := mod.NewPoolConfig(p.withHostCalls(ctx), wasm.PoolConfig{Size: size, RecycleGrowth: h.recycle, StartTimeout: max(p.timeout, wasm.DefaultStartTimeout)})
 		if err != nil {
 			mod.Release()
 			return nil, fmt.Errorf("policy %s: %w", s.ID, err)

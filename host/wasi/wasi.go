@@ -93,7 +93,11 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	if !wasmbin.HasFuncExport(exports, "_start") {
 		return nil, ErrNotCommand
 	}
-	if err := wasm.Screen(code); err != nil {
+	screen := wasm.Screen
+	if cfg.Engine != nil {
+		screen = cfg.Engine.Screen // its limits
+	}
+	if err := screen(code); err != nil {
 		return nil, err
 	}
 	if cfg.MemoryLimitBytes == 0 {
@@ -124,7 +128,7 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 			digest = wasm.Digest(code)
 		}
 		key := loadCacheVersion + "-" + strings.TrimPrefix(digest, "sha256:")
-		c, mcache, stubbed, err = wasm.LoadCached(ctx, cfg.Engine, key, merge, compileCommand)
+		c, mcache, stubbed, err = wasm.LoadCached(ctx, cfg.Engine, key, true, merge, compileCommand)
 	} else {
 		merged, _ := merge()
 		c, _, err = compileCommand(ctx, merged, cache)

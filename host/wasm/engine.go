@@ -50,6 +50,30 @@ type Config struct {
 	// GOMAXPROCS; 1 compiles on the calling goroutine only (less memory at
 	// the peak of a compile).
 	CompilationWorkers int
+	// CompileInProcess compiles modules in the calling process instead of
+	// a compiler process with a time and memory budget (isolate.go): a
+	// module that makes wazero's compiler run for ever or exhaust memory
+	// then takes the process with it. For environments that cannot start
+	// processes.
+	CompileInProcess bool
+	// CompileTimeout is the wall time a compile of one module may take,
+	// and (on each of CompilationWorkers) its CPU time; zero means
+	// DefaultCompileTimeout.
+	CompileTimeout time.Duration
+	// CompileMemoryBytes is the memory one compile may use (the compiler
+	// process's address space beyond what the Go runtime reserved at its
+	// start); zero means DefaultCompileMemoryBytes.
+	CompileMemoryBytes uint64
+	// MemoryBudgetBytes bounds the memory of what the engine holds: the
+	// machine code of its compiled modules and the linear memory of the
+	// live instances of their pools. A Compile or NewPool that finds it
+	// exceeded fails with ErrMemoryBudget (instances a call starts later do
+	// not). Zero means DefaultMemoryBudget().
+	MemoryBudgetBytes uint64
+	// Limits are the structural limits every module is checked against
+	// before it is compiled (Screen); a zero field means its default
+	// (wasmbin.DefaultLimits).
+	Limits Limits
 }
 
 // DefaultCacheDir is the compilation cache used when Config.CacheDir is empty:
@@ -70,7 +94,15 @@ type Engine struct {
 	dir        string
 	instrument bool
 	workers    int
+	limits     Limits
 	loads      loadCache
+	// budget is Config.MemoryBudgetBytes; used is what counts against it.
+	budget uint64
+	used   atomic.Int64
+	// isolate: compile in compiler processes with these budgets.
+	isolate        bool
+	compileTimeout time.Duration
+	compileMemory  uint64
 	// instrumented, stubHits and screens count wasmbin.Instrument runs,
 	// modules started from a stub in the load cache and Screen runs (for tests).
 	instrumented, stubHits, screens atomic.Int64
@@ -94,9 +126,21 @@ type moduleEntry struct {
 
 // NewEngine creates an Engine.
 func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
-	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}, instrument: !cfg.DisableInstrumentation, workers: cfg.CompilationWorkers}
+	e := &Engine{logger: cfg.Logger, modules: map[moduleKey]*moduleEntry{}, instrument: !cfg.DisableInstrumentation, workers: cfg.CompilationWorkers, limits: cfg.Limits.WithDefaults()}
 	if e.workers <= 0 {
 		e.workers = runtime.GOMAXPROCS(0)
+	}
+	e.budget = cfg.MemoryBudgetBytes
+	if e.budget == 0 {
+		e.budget = DefaultMemoryBudget()
+	}
+	e.isolate = !cfg.CompileInProcess
+	e.compileTimeout, e.compileMemory = cfg.CompileTimeout, cfg.CompileMemoryBytes
+	if e.compileTimeout <= 0 {
+		e.compileTimeout = DefaultCompileTimeout
+	}
+	if e.compileMemory == 0 {
+		e.compileMemory = DefaultCompileMemoryBytes
 	}
 	if e.logger == nil {
 		e.logger = slog.New(slog.DiscardHandler)
@@ -117,6 +161,13 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	}
 	return e, nil
 }
+
+// Limits are the structural limits the engine checks modules against.
+func (e *Engine) Limits() Limits { return e.limits }
+
+// Screen is ScreenLimits with the engine's limits, for packages that
+// compile modules of other kinds with the engine (host/wasi).
+func (e *Engine) Screen(code []byte) error { return ScreenLimits(code, e.limits) }
 
 // Modules is how many distinct compiled modules the engine holds now.
 func (e *Engine) Modules() int {
@@ -169,6 +220,10 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 	if err := wasmbin.Check(wasm); err != nil {
 		return nil, err
 	}
+	if uint64(len(wasm)) > e.limits.ModuleBytes {
+		// Before anything reads it; Screen checks the other limits.
+		return nil, fmt.Errorf("%w: %w", ErrCompile, &wasmbin.LimitError{Limit: "module size", Index: -1, Value: uint64(len(wasm)), Max: e.limits.ModuleBytes})
+	}
 	exports, err := wasmbin.Exports(wasm)
 	if err != nil {
 		return nil, err
@@ -207,6 +262,20 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 	e.mu.Unlock()
 
 	ent.mod, ent.err = e.compile(ctx, wasm, key, exports)
+	if ent.err == nil {
+		m := ent.mod
+		if m.codeBytes <= 0 {
+			// Compiled without a cache directory to measure: wazero's
+			// machine code is about twice the module's size.
+			m.codeBytes = 2 * int64(len(wasm))
+		}
+		m.eng = e
+		e.used.Add(m.codeBytes)
+		if err := e.checkBudget(); err != nil {
+			m.close(ctx)
+			ent.mod, ent.err = nil, err
+		}
+	}
 	close(ent.ready)
 	if ent.err != nil {
 		e.release(key, ent)
@@ -246,7 +315,7 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		}
 		screened = true
 		e.screens.Add(1)
-		return Screen(wasm)
+		return ScreenLimits(wasm, e.limits)
 	}
 	if !e.instrument || !e.loads.enabled() {
 		if err := screen(); err != nil {
@@ -254,8 +323,16 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		}
 	}
 	logger := e.logger.With("module", key.digest[:19])
+	var dir string // the module's load-cache directory, if any
 	newModule := func(wm wapc.Module, interrupt string, cache wazero.CompilationCache) *compiledModule {
+		var size int64
+		if s, ok := wm.(sizedModule); ok {
+			wm, size = s.Module, s.codeBytes
+		} else if dir != "" && cache != nil && cache != e.cache {
+			size = compiledSize(dir) // a warm load from the load cache
+		}
 		return &compiledModule{
+			codeBytes: size,
 			wm:        wm.(*wapcwazero.Module),
 			cache:     cache,
 			digest:    key.digest,
@@ -267,6 +344,13 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	// uninstrumented compiles the module as given, bounded by wazero's
 	// close-on-context-done, with the engine's compilation cache.
 	uninstrumented := func() (*compiledModule, error) {
+		if e.isolate {
+			wm, cache, err := e.compileIsolated(ctx, wasm, "", "", nil, logger)
+			if err != nil {
+				return nil, err
+			}
+			return newModule(wm, "", cache), nil
+		}
 		wm, err := e.newWapcModule(e.compileContext(ctx), wasm, e.cache, "", logger)
 		if err != nil {
 			return nil, err
@@ -280,7 +364,6 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	// An instrumented module has its own compilation cache directory in the
 	// load cache, and a stub there once it was loaded before: a warm load
 	// compiles the stub from the cache only (see RATIONALE.md).
-	var dir string
 	var mcache wazero.CompilationCache
 	if e.loads.enabled() {
 		dir = e.loads.moduleDir(key.digest)
@@ -301,13 +384,13 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 	}
 	if mcache != nil {
 		stub, err := getStub(dir)
-		if err == nil && !screenedBy(dir) {
+		if err == nil && !screenedBy(dir, e.limits) {
 			// Stored before markers, or by a build whose Screen was another.
 			if err := screen(); err != nil {
 				_ = mcache.Close(ctx)
 				return nil, err
 			}
-			markScreened(dir, logger)
+			markScreened(dir, e.limits, logger)
 		}
 		if err == nil {
 			wm, err := e.newWapcModule(cacheOnlyContext(ctx), stub, mcache, wasmbin.InterruptGlobal, logger)
@@ -354,6 +437,21 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		}
 		return uninstrumented()
 	}
+	if e.isolate {
+		cdir := dir
+		if mcache == nil {
+			cdir = "" // the load cache is unusable: a temporary directory
+		}
+		wm, cache, err := e.compileIsolated(ctx, code, wasmbin.InterruptGlobal, cdir, mcache, logger)
+		if err != nil {
+			return nil, err
+		}
+		if cdir != "" {
+			markScreened(cdir, e.limits, logger)
+		}
+		logger.Debug("module instrumented and compiled in a compiler process", "took", time.Since(start))
+		return newModule(wm, wasmbin.InterruptGlobal, cache), nil
+	}
 	cache := e.cache
 	if mcache != nil {
 		cache = mcache
@@ -387,11 +485,94 @@ func (e *Engine) compile(ctx context.Context, wasm []byte, key moduleKey, export
 		if err := e.storeStub(ctx, dir, code, logger); err != nil {
 			logger.Warn("cannot store the module in the load cache; the next load compiles it again", "dir", dir, "error", err)
 		} else {
-			markScreened(dir, logger)
+			markScreened(dir, e.limits, logger)
 		}
 	}
 	logger.Debug("module instrumented and compiled", "took", compiled.Sub(start), "cache_entry_took", time.Since(compiled))
 	return newModule(wm, wasmbin.InterruptGlobal, mcache), nil
+}
+
+// compiledSize is the size of the largest compiled module in the wazero
+// cache of dir (the module's machine code, as wazero stores it), or 0.
+func compiledSize(dir string) int64 {
+	var size int64
+	subs, _ := os.ReadDir(dir)
+	for _, s := range subs {
+		if !s.IsDir() || !strings.HasPrefix(s.Name(), "wazero-") {
+			continue
+		}
+		files, _ := os.ReadDir(filepath.Join(dir, s.Name()))
+		for _, f := range files {
+			if fi, err := f.Info(); err == nil && isHex64(f.Name()) {
+				size = max(size, fi.Size())
+			}
+		}
+	}
+	return size
+}
+
+// compileIsolated compiles code (instrumented with the interrupt global
+// interrupt, or "" for wazero's close-on-context-done) in a compiler
+// process (isolate.go) into the load-cache directory dir, whose cache
+// mcache the caller opened, or into a temporary directory when dir is "",
+// and loads it from there cache-only. The cache returned holds the
+// compiled module (mcache, or the temporary directory's): close it with
+// the module. On error, mcache is closed and dir left without a module.
+func (e *Engine) compileIsolated(ctx context.Context, code []byte, interrupt, dir string, mcache wazero.CompilationCache, logger *slog.Logger) (wapc.Module, wazero.CompilationCache, error) {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "tollgate-compile-")
+		if err != nil {
+			return nil, nil, fmt.Errorf("a directory for the compiler process: %w", err)
+		}
+		// The module is in memory once loaded: the files can go.
+		defer os.RemoveAll(tmp)
+		if mcache, err = wazero.NewCompilationCacheWithDir(tmp); err != nil {
+			return nil, nil, fmt.Errorf("a directory for the compiler process: %w", err)
+		}
+		dir = tmp
+	}
+	fail := func(err error) (wapc.Module, wazero.CompilationCache, error) {
+		_ = mcache.Close(ctx)
+		removeStub(dir)
+		removeEmptyDirs(dir)
+		return nil, nil, err
+	}
+	b := compileBudget{timeout: e.compileTimeout, memory: e.compileMemory, workers: e.workers}
+	err := compileInChild(ctx, code, dir, interrupt == "", b)
+	if err != nil && !errors.Is(err, ErrCompileBudget) && ctx.Err() == nil && dir != "" {
+		// wazero fails a compile whose cache entry is damaged (checksum)
+		// rather than compiling again: start the module's directory afresh.
+		logger.Warn("compiling into the load cache failed; clearing the module's directory and compiling again", "dir", dir, "error", err)
+		_ = mcache.Close(ctx)
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			return nil, nil, err
+		}
+		if rerr := os.MkdirAll(dir, 0o700); rerr != nil {
+			return nil, nil, err
+		}
+		if mcache, err = wazero.NewCompilationCacheWithDir(dir); err != nil {
+			return nil, nil, err
+		}
+		err = compileInChild(ctx, code, dir, interrupt == "", b)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	stub, err := getStub(dir)
+	if err != nil {
+		return fail(fmt.Errorf("%w: the compiler process left no usable stub: %v", ErrCompile, err))
+	}
+	wm, err := e.newWapcModule(cacheOnlyContext(ctx), stub, mcache, interrupt, logger)
+	if err != nil {
+		return fail(fmt.Errorf("loading the module the compiler process compiled: %w", err))
+	}
+	return sizedModule{wm, compiledSize(dir)}, mcache, nil
+}
+
+// sizedModule is a wapc.Module with the size of its machine code.
+type sizedModule struct {
+	wapc.Module
+	codeBytes int64
 }
 
 // instrumentedCode is the code an instrumented module runs (and the load
@@ -442,7 +623,7 @@ func cacheOnlyContext(ctx context.Context) context.Context {
 // stub's key is learnt by compiling the stub (cheap: every body is one
 // instruction) into a throwaway cache.
 func (e *Engine) storeStub(ctx context.Context, dir string, code []byte, logger *slog.Logger) error {
-	return storeStubOf(ctx, e, dir, code, func(ctx context.Context, stub []byte, cache wazero.CompilationCache) (struct{}, func(), error) {
+	return storeStubOf(ctx, e.workers, dir, code, func(ctx context.Context, stub []byte, cache wazero.CompilationCache) (struct{}, func(), error) {
 		wm, err := e.newWapcModule(ctx, stub, cache, wasmbin.InterruptGlobal, logger)
 		if err != nil {
 			return struct{}{}, nil, fmt.Errorf("compiling the stub: %w", err)
@@ -521,7 +702,10 @@ func procExit(_ context.Context, _ api.Module, params []uint64) {
 }
 
 // startingRuntime runs a module's start functions itself when wapc-go
-// instantiates it: `_initialize` for reactors, then `_start` for commands,
+// instantiates it: the function of the start section of an instrumented
+// module (which wasmbin.Instrument exports as wasmbin.StartExport instead,
+// so that it runs interruptible), `_initialize` for reactors, then `_start`
+// for commands,
 // accepting a `_start` that ends in proc_exit(0). The module it returns hides
 // both functions so that wapc-go does not run them a second time.
 //
@@ -550,7 +734,12 @@ func (r *startingRuntime) InstantiateModule(ctx context.Context, c wazero.Compil
 		}
 		mod.interrupt = g
 	}
-	for _, name := range []string{"_initialize", "_start"} {
+	// The instrumented module's start function (wasmbin.StartExport), then
+	// the WASI reactor's and command's.
+	for _, name := range []string{wasmbin.StartExport, "_initialize", "_start"} {
+		if name == wasmbin.StartExport && r.interrupt == "" {
+			continue // an uninstrumented module ran its start section in wazero
+		}
 		f := mod.exportedFunction(name)
 		if f == nil {
 			continue
@@ -608,7 +797,7 @@ func (c *callContext) during(ctx context.Context) func() {
 }
 
 func (m startedModule) ExportedFunction(name string) api.Function {
-	if name == "_start" || name == "_initialize" {
+	if name == "_start" || name == "_initialize" || name == wasmbin.StartExport {
 		return nil
 	}
 	return m.exportedFunction(name)

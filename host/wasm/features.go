@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -47,13 +48,32 @@ func NewRuntimeConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
 // ScreenVersion numbers what Screen refuses: raise it whenever Screen
 // refuses more, so that load-cache entries of modules screened before are
 // screened again (a warm load from a marked entry skips Screen).
-const ScreenVersion = 1
+const ScreenVersion = 2
 
-// Screen refuses, before wazero compiles it, a module that wazero would
-// compile into something other than its code: one with a `select` typed
-// with a typed reference (wasmbin.TypedRefSelect). Every execution mode calls
-// it on the module as given.
-func Screen(code []byte) error {
+// Limits are the structural limits a module is checked against before it
+// is compiled (wasmbin.CheckLimits); a zero field means its default
+// (wasmbin.DefaultLimits).
+type Limits = wasmbin.Limits
+
+// ErrLimit is wrapped by the error for a module over one of its Limits;
+// errors.As finds the *wasmbin.LimitError, which names the limit.
+var ErrLimit = wasmbin.ErrLimit
+
+// Screen is ScreenLimits with the default limits.
+func Screen(code []byte) error { return ScreenLimits(code, Limits{}) }
+
+// ScreenLimits refuses, before wazero compiles it, a module over one of the
+// structural limits l (its error wraps ErrCompile and ErrLimit), and a
+// module that wazero would compile into something other than its code: one
+// with a `select` typed with a typed reference (wasmbin.TypedRefSelect).
+// Every execution mode calls it on the module as given.
+func ScreenLimits(code []byte, l Limits) error {
+	if err := wasmbin.CheckLimits(code, l); err != nil {
+		if errors.Is(err, ErrLimit) {
+			return fmt.Errorf("%w: %w", ErrCompile, err)
+		}
+		return CompileError(code, err)
+	}
 	if i, _ := wasmbin.TypedRefSelect(code); i >= 0 {
 		return fmt.Errorf("%w: function body %d uses a select typed with a typed function reference (function-references), which tollgate's engine (wazero v1.12) compiles wrongly; tollgate refuses the module rather than run other code than it holds", ErrCompile, i)
 	}

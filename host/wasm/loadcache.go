@@ -1,7 +1,9 @@
 package wasm
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -150,16 +152,26 @@ func removeEmptyDirs(dir string) {
 func removeStub(dir string) { _ = os.Remove(filepath.Join(dir, stubFileName)) }
 
 // screenedName marks a module directory whose module passed Screen as of
-// ScreenVersion: a warm load from its stub then skips Screen.
-func screenedName() string { return "screened-v" + strconv.Itoa(ScreenVersion) }
+// ScreenVersion, with the given limits: a warm load from its stub then
+// skips Screen. Limits other than the defaults are part of the name (a
+// hash of them), so that a module screened under higher limits is screened
+// again under lower ones.
+func screenedName(l Limits) string {
+	name := "screened-v" + strconv.Itoa(ScreenVersion)
+	if l = l.WithDefaults(); l != wasmbin.DefaultLimits() {
+		h := sha256.Sum256(fmt.Appendf(nil, "%+v", l))
+		name += "-" + hex.EncodeToString(h[:6])
+	}
+	return name
+}
 
-func screenedBy(dir string) bool {
-	_, err := os.Stat(filepath.Join(dir, screenedName()))
+func screenedBy(dir string, l Limits) bool {
+	_, err := os.Stat(filepath.Join(dir, screenedName(l)))
 	return err == nil
 }
 
-func markScreened(dir string, logger *slog.Logger) {
-	if err := writeAtomic(filepath.Join(dir, screenedName())); err != nil {
+func markScreened(dir string, l Limits, logger *slog.Logger) {
+	if err := writeAtomic(filepath.Join(dir, screenedName(l))); err != nil {
 		logger.Debug("cannot mark the module screened in the load cache; the next load screens it again", "dir", dir, "error", err)
 	}
 }

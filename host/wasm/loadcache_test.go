@@ -516,7 +516,7 @@ func TestWarmLoadSkipsScreen(t *testing.T) {
 	if s, h := load(); s != 1 || h != 0 {
 		t.Fatalf("cold load: %d screens, %d stub loads; want 1, 0", s, h)
 	}
-	marker := filepath.Join(moduleDir(t, dir, mod), screenedName())
+	marker := filepath.Join(moduleDir(t, dir, mod), screenedName(Limits{}))
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("no screened mark after a cold load: %v", err)
 	}

@@ -3,12 +3,14 @@ package wasm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 )
@@ -37,15 +39,39 @@ type CompileFunc[T any] func(ctx context.Context, code []byte, cache wazero.Comp
 // released (nil when the engine has no cache directory and compiled with
 // its shared cache); stubbed says the warm path was taken. Any problem with
 // the entry falls back to compiling code, which repairs the entry.
-func LoadCached[T any](ctx context.Context, e *Engine, key string, makeCode func() ([]byte, error), compile CompileFunc[T]) (v T, cache wazero.CompilationCache, stubbed bool, err error) {
+//
+// closeOnDone is the close-on-context-done setting of compile's runtime
+// (part of wazero's cache key): unless the engine compiles in process
+// (Config.CompileInProcess), code is compiled by a compiler process with
+// the engine's budget (isolate.go), into the entry or a temporary
+// directory, and compile only ever compiles stubs, from the cache.
+func LoadCached[T any](ctx context.Context, e *Engine, key string, closeOnDone bool, makeCode func() ([]byte, error), compile CompileFunc[T]) (v T, cache wazero.CompilationCache, stubbed bool, err error) {
 	var code []byte
 	// direct compiles code (made first when nil) with the engine's shared
-	// cache, without the load cache.
+	// cache, without the load cache (with a temporary one in a compiler
+	// process).
 	direct := func() (T, wazero.CompilationCache, bool, error) {
 		if code == nil {
 			if code, err = makeCode(); err != nil {
 				return v, nil, false, err
 			}
+		}
+		if e.isolate {
+			tmp, err := os.MkdirTemp("", "tollgate-compile-")
+			if err != nil {
+				return v, nil, false, fmt.Errorf("a directory for the compiler process: %w", err)
+			}
+			defer os.RemoveAll(tmp)
+			tcache, err := wazero.NewCompilationCacheWithDir(tmp)
+			if err != nil {
+				return v, nil, false, fmt.Errorf("a directory for the compiler process: %w", err)
+			}
+			v, err = loadIsolated(ctx, e, code, tmp, tcache, closeOnDone, compile)
+			if err != nil {
+				_ = tcache.Close(ctx)
+				return v, nil, false, err
+			}
+			return v, tcache, false, nil
 		}
 		v, _, err = compile(e.compileContext(ctx), code, e.cache)
 		return v, nil, false, err
@@ -82,6 +108,27 @@ func LoadCached[T any](ctx context.Context, e *Engine, key string, makeCode func
 	if len(code) >= slowCompileBytes {
 		logger.Info("compiling the module; this takes a while for its size", "bytes", len(code), "cached_for_next_load", true)
 	}
+	if e.isolate {
+		v, err = loadIsolated(ctx, e, code, dir, mcache, closeOnDone, compile)
+		if err != nil && !errors.Is(err, ErrCompileBudget) && ctx.Err() == nil {
+			// A damaged entry: start the directory afresh and compile again.
+			_ = mcache.Close(ctx)
+			if os.RemoveAll(dir) != nil || os.MkdirAll(dir, 0o700) != nil {
+				return v, nil, false, err
+			}
+			if mcache, err = wazero.NewCompilationCacheWithDir(dir); err != nil {
+				return v, nil, false, err
+			}
+			v, err = loadIsolated(ctx, e, code, dir, mcache, closeOnDone, compile)
+		}
+		if err != nil {
+			_ = mcache.Close(ctx)
+			removeStub(dir)
+			removeEmptyDirs(dir)
+			return v, nil, false, err
+		}
+		return v, mcache, false, nil
+	}
 	v, _, err = compile(e.compileContext(ctx), code, mcache)
 	if err != nil && ctx.Err() == nil {
 		// A damaged entry (wazero fails a compile whose cached code fails its
@@ -100,14 +147,14 @@ func LoadCached[T any](ctx context.Context, e *Engine, key string, makeCode func
 		removeEmptyDirs(dir)
 		return v, nil, false, err
 	}
-	if err := storeStubOf(ctx, e, dir, code, compile); err != nil {
+	if err := storeStubOf(ctx, e.workers, dir, code, compile); err != nil {
 		logger.Warn("cannot store the module in the load cache; the next load compiles it again", "dir", dir, "error", err)
 	}
 	return v, mcache, false, nil
 }
 
 // storeStubOf is storeStub for a module compiled by compile.
-func storeStubOf[T any](ctx context.Context, e *Engine, dir string, code []byte, compile CompileFunc[T]) error {
+func storeStubOf[T any](ctx context.Context, workers int, dir string, code []byte, compile CompileFunc[T]) error {
 	stub, err := wasmbin.Stub(code)
 	if err != nil {
 		return err
@@ -122,7 +169,7 @@ func storeStubOf[T any](ctx context.Context, e *Engine, dir string, code []byte,
 		return err
 	}
 	defer probe.Close(ctx)
-	_, release, err := compile(e.compileContext(ctx), stub, probe)
+	_, release, err := compile(experimental.WithCompilationWorkers(ctx, workers), stub, probe)
 	if err != nil {
 		return err
 	}
@@ -135,4 +182,23 @@ func storeStubOf[T any](ctx context.Context, e *Engine, dir string, code []byte,
 		return err
 	}
 	return putStub(dir, stub)
+}
+
+// loadIsolated compiles code in a compiler process into dir, whose cache
+// mcache is open, then compiles code's stub from that cache only with compile.
+func loadIsolated[T any](ctx context.Context, e *Engine, code []byte, dir string, mcache wazero.CompilationCache, closeOnDone bool, compile CompileFunc[T]) (T, error) {
+	var v T
+	b := compileBudget{timeout: e.compileTimeout, memory: e.compileMemory, workers: e.workers}
+	if err := compileInChild(ctx, code, dir, closeOnDone, b); err != nil {
+		return v, err
+	}
+	stub, err := getStub(dir)
+	if err != nil {
+		return v, fmt.Errorf("%w: the compiler process left no usable stub: %v", ErrCompile, err)
+	}
+	v, _, err = compile(cacheOnlyContext(ctx), stub, mcache)
+	if err != nil {
+		return v, fmt.Errorf("loading the module the compiler process compiled: %w", err)
+	}
+	return v, nil
 }

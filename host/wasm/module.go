@@ -31,6 +31,10 @@ type compiledModule struct {
 	// (wasmbin.Instrument), or "" when the module runs with wazero's
 	// close-on-context-done.
 	interrupt string
+	// eng accounts codeBytes, the size of the module's machine code, and
+	// its pools' instance memory against its memory budget.
+	eng       *Engine
+	codeBytes int64
 }
 
 // Module is one reference to a compiled waPC module: Engine.Compile returns
@@ -43,6 +47,9 @@ type Module struct {
 }
 
 func (m *compiledModule) close(ctx context.Context) {
+	if m.eng != nil {
+		m.eng.used.Add(-m.codeBytes)
+	}
 	_ = m.wm.Close(ctx)
 	if m.cache != nil {
 		_ = m.cache.Close(ctx)
@@ -179,6 +186,7 @@ type Pool struct {
 	slots   chan struct{}  // one token per instance that may exist
 	idle    chan *instance // instances ready for a call
 	recycle uint64         // PoolConfig.RecycleGrowth
+	start   time.Duration  // PoolConfig.StartTimeout
 
 	// memory is the linear memory of the live instances, in bytes.
 	memory atomic.Int64
@@ -199,7 +207,15 @@ type PoolConfig struct {
 	// MutatingAdmissionPolicy guest's CEL environment, 10 MB). Zero keeps
 	// instances whatever their size (up to the module's memory cap).
 	RecycleGrowth uint64
+	// StartTimeout bounds the start of each instance (the module's start
+	// function, `_initialize`, `_start`), on top of the context it starts
+	// with: a start that loops fails with ErrInstantiate and ErrTimeout.
+	// Zero means DefaultStartTimeout.
+	StartTimeout time.Duration
 }
+
+// DefaultStartTimeout is PoolConfig.StartTimeout when it is zero.
+const DefaultStartTimeout = 10 * time.Second
 
 // DefaultRecycleGrowth is the PoolConfig.RecycleGrowth of NewPool: a TinyGo
 // guest grows 12 MB evaluating a 3 MB object and keeps it; a 5 KB Pod grows
@@ -216,7 +232,10 @@ func (m *Module) NewPool(ctx context.Context, size int) (*Pool, error) {
 // module that cannot start fails here rather than on the first call.
 func (m *Module) NewPoolConfig(ctx context.Context, c PoolConfig) (*Pool, error) {
 	size := max(c.Size, 1)
-	p := &Pool{mod: m, slots: make(chan struct{}, size), idle: make(chan *instance, size), recycle: c.RecycleGrowth}
+	p := &Pool{mod: m, slots: make(chan struct{}, size), idle: make(chan *instance, size), recycle: c.RecycleGrowth, start: c.StartTimeout}
+	if p.start <= 0 {
+		p.start = DefaultStartTimeout
+	}
 	for i := 0; i < size; i++ {
 		p.slots <- struct{}{}
 	}
@@ -226,11 +245,19 @@ func (m *Module) NewPoolConfig(ctx context.Context, c PoolConfig) (*Pool, error)
 		p.slots <- struct{}{}
 		return nil, err
 	}
+	if e := m.eng; e != nil {
+		if err := e.checkBudget(); err != nil {
+			p.discard(inst)
+			return nil, err
+		}
+	}
 	p.idle <- inst
 	return p, nil
 }
 
 func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.start)
+	defer cancel()
 	alloc := &cappedAllocator{limit: p.mod.memCap, mapped: true}
 	ictx := experimental.WithMemoryAllocator(ctx, alloc)
 	wi, err := p.mod.wm.Instantiate(ictx)
@@ -242,7 +269,7 @@ func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
 			return nil, fmt.Errorf("%w: %w while starting (limit %d bytes): %v", ErrInstantiate, ErrMemoryLimit, p.mod.memCap, err)
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w while starting: %v", ErrInstantiate, ErrTimeout, err)
+			return nil, fmt.Errorf("%w: %w while starting (start timeout %s): %v", ErrInstantiate, ErrTimeout, p.start, err)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrInstantiate, err)
 	}
@@ -256,8 +283,17 @@ func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
 	p.live++
 	p.mu.Unlock()
 	inst := &instance{wi: wi, alloc: alloc, size: wi.MemorySize()}
-	p.memory.Add(int64(inst.size))
+	p.account(int64(inst.size))
 	return inst, nil
+}
+
+// account adds d bytes to the linear memory of the pool's live instances,
+// and of the engine's.
+func (p *Pool) account(d int64) {
+	p.memory.Add(d)
+	if e := p.mod.eng; e != nil {
+		e.used.Add(d)
+	}
 }
 
 // MemoryBytes is the linear memory of the pool's live instances, in bytes
@@ -313,7 +349,7 @@ func (p *Pool) done(inst *instance) {
 	inst.called = true
 	if size := inst.wi.MemorySize(); size != inst.size {
 		grown := uint64(size - inst.size)
-		p.memory.Add(int64(size) - int64(inst.size))
+		p.account(int64(size) - int64(inst.size))
 		inst.size = size
 		if p.recycle > 0 && !first && grown > p.recycle {
 			p.discard(inst)
@@ -408,7 +444,7 @@ func (p *Pool) put(inst *instance) {
 
 func (p *Pool) discard(inst *instance) {
 	_ = inst.wi.Close(context.Background())
-	p.memory.Add(-int64(inst.size))
+	p.account(-int64(inst.size))
 	p.mu.Lock()
 	p.live--
 	p.mu.Unlock()

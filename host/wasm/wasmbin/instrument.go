@@ -9,6 +9,13 @@ import (
 // InterruptGlobal is the export name of the global that Instrument adds.
 const InterruptGlobal = "__tollgate_interrupt"
 
+// StartExport is the name under which Instrument exports the function of a
+// module's start section, which it removes: the host must call it, with the
+// interrupt global armed, right after instantiation (before anything else).
+// A start function runs inside instantiation, before the host can reach
+// the interrupt global: one that loops would hold the load for ever.
+const StartExport = "__tollgate_start"
+
 // ErrUnsupported is returned by Instrument for a module it cannot rewrite
 // safely (an instruction or section it does not know). The caller must then run
 // the module unmodified and bound it another way.
@@ -18,6 +25,7 @@ const (
 	sectionImport = 2
 	sectionMemory = 5
 	sectionGlobal = 6
+	sectionStart  = 8
 	sectionCode   = 10
 
 	opLoop = 0x03
@@ -34,7 +42,7 @@ const CheckInterval = 10000
 // output on disk under this version: change it whenever the output for a
 // given input changes (the check, CheckInterval, InterruptGlobal, which
 // sections are kept).
-const InstrumentVersion = 1
+const InstrumentVersion = 2
 
 // Instrument rewrites a module so that a host can interrupt it. It adds two
 // mutable i32 globals: the interrupt flag (initially 0), exported as
@@ -56,6 +64,9 @@ const InstrumentVersion = 1
 // garbage collector's stop-the-world waits for it forever, and so does the
 // timer that would set the flag. The module must therefore have a memory.
 //
+// A start section is removed and its function exported as StartExport
+// instead (see there).
+//
 // Every other section is copied byte for byte, except `.debug_*` custom
 // sections, whose code offsets would be wrong, which are dropped. Instrument
 // returns an error wrapping ErrUnsupported or ErrMalformed, and never panics,
@@ -70,13 +81,15 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 		return nil, "", err
 	}
 	for _, e := range exports {
-		if e.Name == InterruptGlobal {
-			return nil, "", fmt.Errorf("%w: it already exports %q", ErrUnsupported, InterruptGlobal)
+		if e.Name == InterruptGlobal || e.Name == StartExport {
+			return nil, "", fmt.Errorf("%w: it already exports %q", ErrUnsupported, e.Name)
 		}
 	}
 	lastRank := 0
 	seen := map[byte]bool{}
 	var importedGlobals, definedGlobals, memories uint64
+	var startFunc uint64
+	hasStart := false
 	for _, s := range secs {
 		if s.ID == sectionCustom {
 			continue
@@ -111,6 +124,16 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 			if err := checkExports(s.Payload); err != nil {
 				return nil, "", fmt.Errorf("export section at byte %d: %w", s.Start, err)
 			}
+		case sectionStart:
+			r := &reader{b: s.Payload}
+			startFunc = uint64(r.u32())
+			if r.err == nil && r.off != len(s.Payload) {
+				r.fail(fmt.Errorf("%w: %d bytes after the start function", ErrMalformed, len(s.Payload)-r.off))
+			}
+			if r.err != nil {
+				return nil, "", fmt.Errorf("start section at byte %d: %w", s.Start, r.wrapped())
+			}
+			hasStart = true
 		}
 	}
 	if memories == 0 {
@@ -130,6 +153,14 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 	newExport = append(newExport, InterruptGlobal...)
 	newExport = append(newExport, 3)
 	newExport = appendUleb(newExport, g)
+	newExports := uint64(1)
+	if hasStart {
+		newExport = appendUleb(newExport, uint64(len(StartExport)))
+		newExport = append(newExport, StartExport...)
+		newExport = append(newExport, 0)
+		newExport = appendUleb(newExport, startFunc)
+		newExports++
+	}
 
 	out = make([]byte, 0, len(wasm)+len(wasm)/16+64)
 	out = append(out, wasm[:len(Magic)]...)
@@ -140,7 +171,7 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 			globalDone = true
 		}
 		if !exportDone && rank > sectionRank[sectionExport] {
-			out = appendSection(out, sectionExport, append([]byte{1}, newExport...))
+			out = appendSection(out, sectionExport, append(appendUleb(nil, newExports), newExport...))
 			exportDone = true
 		}
 	}
@@ -158,8 +189,10 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 			out = appendSection(out, sectionGlobal, appendVecEntries(s.Payload, 2, newGlobals))
 			globalDone = true
 		case sectionExport:
-			out = appendSection(out, sectionExport, appendVecEntries(s.Payload, 1, newExport))
+			out = appendSection(out, sectionExport, appendVecEntries(s.Payload, newExports, newExport))
 			exportDone = true
+		case sectionStart:
+			// Exported as StartExport instead.
 		case sectionCode:
 			code, err := instrumentCode(s.Payload, check)
 			if err != nil {
