@@ -50,7 +50,7 @@ func defineMemory(code []byte) ([]byte, error) {
 			}
 			if ok {
 				found, memPages = true, pages
-				out = appendSection(out, secImport, payload)
+				out = wasmbin.AppendSection(out, secImport, payload)
 				if i == lastEarly {
 					out = appendMemory(out, memPages)
 				}
@@ -72,14 +72,14 @@ func defineMemory(code []byte) ([]byte, error) {
 // pages and no maximum.
 func appendMemory(out []byte, pages uint64) []byte {
 	pages = max(pages, minPages)
-	body := appendUleb([]byte{1, 0x00}, pages)
-	return appendSection(out, secMemory, body)
+	body := wasmbin.AppendULEB128([]byte{1, 0x00}, pages)
+	return wasmbin.AppendSection(out, secMemory, body)
 }
 
 // dropMemoryImport removes the `env`.`memory` entry from an import section
 // and returns its minimum size in pages.
 func dropMemoryImport(p []byte) (payload []byte, pages uint64, found bool, err error) {
-	count, n, err := uleb(p)
+	count, n, err := wasmbin.ReadULEB128(p)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("%w: import section: %v", wasmbin.ErrMalformed, err)
 	}
@@ -100,7 +100,7 @@ func dropMemoryImport(p []byte) (payload []byte, pages uint64, found bool, err e
 		var min uint64
 		switch kind {
 		case 0: // function: type index
-			_, n, err = uleb(r)
+			_, n, err = wasmbin.ReadULEB128(r)
 			r = r[n:]
 		case 1: // table: reftype, limits
 			if len(r) < 1 {
@@ -134,7 +134,7 @@ func dropMemoryImport(p []byte) (payload []byte, pages uint64, found bool, err e
 	if len(rest) != 0 {
 		return nil, 0, false, fmt.Errorf("%w: %d bytes after the imports", wasmbin.ErrMalformed, len(rest))
 	}
-	payload = appendUleb(nil, uint64(len(kept)))
+	payload = wasmbin.AppendULEB128(nil, uint64(len(kept)))
 	for _, e := range kept {
 		payload = append(payload, e...)
 	}
@@ -151,13 +151,13 @@ func limits(p []byte) (uint64, []byte, error) {
 	if flag > 1 {
 		return 0, nil, fmt.Errorf("unsupported limits flag %#x (shared or 64-bit memory)", flag)
 	}
-	min, n, err := uleb(p[1:])
+	min, n, err := wasmbin.ReadULEB128(p[1:])
 	if err != nil {
 		return 0, nil, err
 	}
 	p = p[1+n:]
 	if flag == 1 {
-		_, n, err = uleb(p)
+		_, n, err = wasmbin.ReadULEB128(p)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -166,43 +166,11 @@ func limits(p []byte) (uint64, []byte, error) {
 	return min, p, nil
 }
 
+// name reads an import's module or field name.
 func name(p []byte) (string, []byte, error) {
-	l, n, err := uleb(p)
+	s, rest, err := wasmbin.ReadName(p)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: name: %v", wasmbin.ErrMalformed, err)
 	}
-	p = p[n:]
-	if l > uint64(len(p)) {
-		return "", nil, fmt.Errorf("%w: name of %d bytes, %d left", wasmbin.ErrMalformed, l, len(p))
-	}
-	return string(p[:l]), p[l:], nil
-}
-
-func uleb(p []byte) (uint64, int, error) {
-	var v uint64
-	for i := 0; i < len(p) && i < 10; i++ {
-		v |= uint64(p[i]&0x7f) << (7 * i)
-		if p[i]&0x80 == 0 {
-			return v, i + 1, nil
-		}
-	}
-	return 0, 0, errors.New("bad LEB128 number")
-}
-
-func appendUleb(b []byte, v uint64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			b = append(b, c|0x80)
-			continue
-		}
-		return append(b, c)
-	}
-}
-
-func appendSection(out []byte, id byte, body []byte) []byte {
-	out = append(out, id)
-	out = appendUleb(out, uint64(len(body)))
-	return append(out, body...)
+	return s, rest, nil
 }

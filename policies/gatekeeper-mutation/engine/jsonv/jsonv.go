@@ -20,7 +20,6 @@ package jsonv
 import (
 	"errors"
 	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/sdk/fastjson"
@@ -656,7 +655,7 @@ func (p *parser) str() (string, error) {
 			s := p.substr(start, i)
 			p.i = i + 1
 			if !ascii && !utf8.ValidString(s) {
-				return fixUTF8(s), nil
+				return string(fastjson.Unquote(d[start-1 : i+1])), nil
 			}
 			return s, nil
 		case c == '\\':
@@ -673,31 +672,21 @@ func (p *parser) str() (string, error) {
 	return "", p.fail("unterminated string")
 }
 
-func fixUTF8(s string) string {
-	b := make([]byte, 0, len(s))
-	for _, r := range s {
-		b = utf8.AppendRune(b, r)
-	}
-	return string(b)
-}
-
+// strSlow reads the rest of a string with escapes, p.i at its first
+// backslash: it checks the escapes here, where an error can name its offset,
+// and decodes the string with sdk/fastjson, the one JSON string decoder (as
+// encoding/json does: a lone surrogate and each invalid UTF-8 byte become
+// U+FFFD).
 func (p *parser) strSlow(start int) (string, error) {
-	b := make([]byte, 0, p.i-start+16)
-	b = append(b, p.d[start:p.i]...)
 	for p.i < len(p.d) {
 		c := p.d[p.i]
 		switch {
 		case c == '"':
 			p.i++
-			s := string(b)
-			if !utf8.ValidString(s) {
-				s = fixUTF8(s)
-			}
-			return s, nil
+			return string(fastjson.Unquote(p.d[start-1 : p.i])), nil
 		case c < 0x20:
 			return "", p.fail("control character in string")
 		case c != '\\':
-			b = append(b, c)
 			p.i++
 			continue
 		}
@@ -708,42 +697,11 @@ func (p *parser) strSlow(start int) (string, error) {
 		e := p.d[p.i]
 		p.i++
 		switch e {
-		case '"', '\\', '/':
-			b = append(b, e)
-		case 'b':
-			b = append(b, '\b')
-		case 'f':
-			b = append(b, '\f')
-		case 'n':
-			b = append(b, '\n')
-		case 'r':
-			b = append(b, '\r')
-		case 't':
-			b = append(b, '\t')
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		case 'u':
-			r, ok := p.hex4()
-			if !ok {
+			if _, ok := p.hex4(); !ok {
 				return "", p.fail("invalid \\u escape")
 			}
-			if utf16.IsSurrogate(r) {
-				r2 := rune(-1)
-				if p.i+1 < len(p.d) && p.d[p.i] == '\\' && p.d[p.i+1] == 'u' {
-					save := p.i
-					p.i += 2
-					var ok2 bool
-					r2, ok2 = p.hex4()
-					if !ok2 {
-						return "", p.fail("invalid \\u escape")
-					}
-					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-						b = utf8.AppendRune(b, d)
-						continue
-					}
-					p.i = save
-				}
-				r = utf8.RuneError
-			}
-			b = utf8.AppendRune(b, r)
 		default:
 			return "", p.fail("invalid escape")
 		}
