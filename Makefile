@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-engines bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe
+.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-engines bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe map-tinygo
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -179,3 +179,11 @@ crds:
 # that holds; the day it passes, the standard-Go build can be revisited.
 map-tinygo-probe: tools
 	./scripts/map-tinygo-probe.sh
+
+# map-tinygo checks the build-time dependency patches of scripts/tinygo-patches (issue 31): it
+# builds the TinyGo probes of policies/mutating-admission-policy/internal/tinygoprobe against the
+# patched modules and runs them on wazero; each must print ok with every patch and fail as
+# scripts/tinygo-patches/README.md says without the patch it needs. CPU-heavy: several TinyGo
+# builds of cel-go, one at a time (minutes each). The built-in is still the standard-Go module.
+map-tinygo: tools
+	./scripts/build-map-tinygo.sh --check
