@@ -105,7 +105,7 @@ func TestCredentialsNotShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets := []string{"s3cret-pw", "tok-123456", "sig-abcdef", "ghp_lonetoken"}
+	secrets := []string{"s3cret-pw", "tok-123456", "sig-abcdef", "ghp_lonetoken", "bearer-s3cret", "frag-s3cret", "frag-oktoken", "frag-grptoken"}
 	var fetched atomic.Int32
 	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		user, pw, _ := r.BasicAuth()
@@ -129,13 +129,13 @@ func TestCredentialsNotShown(t *testing.T) {
 	})
 	pols := fmt.Sprintf(`
 ok:
-  module: https://alice:s3cret-pw@%[1]s/ok.wasm?token=tok-123456&v=1
+  module: https://alice:s3cret-pw@%[1]s/ok.wasm?token=tok-123456&v=1#frag-oktoken
 missing:
-  module: https://alice:s3cret-pw@%[1]s/missing.wasm?X-Amz-Signature=sig-abcdef
+  module: https://alice:s3cret-pw@%[1]s/missing.wasm?X-Amz-Signature=sig-abcdef&Bearer=bearer-s3cret#access_token=frag-s3cret
 group:
   expression: a()
   policies:
-    a: {module: "https://ghp_lonetoken@%[1]s/gone.wasm"}
+    a: {module: "https://ghp_lonetoken@%[1]s/gone.wasm#frag-grptoken"}
 `, host)
 	h := start(t, harnessOpts{policies: pols, loader: l})
 	if fetched.Load() != 1 {
@@ -150,13 +150,13 @@ group:
 			shown = append(shown, m.Module, m.Error)
 		}
 	}
-	if p := h.policy("ok"); p.State != "ready" || p.Module != "https://alice:xxxxx@"+host+"/ok.wasm?token=xxxxx&v=1" {
+	if p := h.policy("ok"); p.State != "ready" || p.Module != "https://alice:xxxxx@"+host+"/ok.wasm?token=xxxxx&v=1#xxxxx" {
 		t.Errorf("ok: state %s module %q", p.State, p.Module)
 	}
-	if p := h.policy("missing"); p.State != "failed" || !strings.Contains(p.Error, "https://alice:xxxxx@"+host+"/missing.wasm?X-Amz-Signature=xxxxx") {
+	if p := h.policy("missing"); p.State != "failed" || !strings.Contains(p.Error, "https://alice:xxxxx@"+host+"/missing.wasm?X-Amz-Signature=xxxxx&Bearer=xxxxx#xxxxx") {
 		t.Errorf("missing: state %s error %q", p.State, p.Error)
 	}
-	if p := h.policy("group"); len(p.Members) != 1 || p.Members[0].Module != "https://xxxxx@"+host+"/gone.wasm" {
+	if p := h.policy("group"); len(p.Members) != 1 || p.Members[0].Module != "https://xxxxx@"+host+"/gone.wasm#xxxxx" {
 		t.Errorf("group: %+v", p.Members)
 	}
 	_, missing := h.review("/validate/missing", reviewFor("m", "CREATE", "default", pod(nil)))

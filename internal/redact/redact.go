@@ -12,7 +12,9 @@ const Mask = "xxxxx"
 // (https://user:xxxxx@host/...), or the whole userinfo when it has no
 // password (a lone user name in a URL is usually a token:
 // https://xxxxx@host/...), and the values of credential query parameters
-// (CredentialKey). Everything else is kept byte for byte; a string that is
+// (CredentialKey), and the whole fragment (https://h/x.wasm#xxxxx: a
+// fragment is never sent to a server, and OAuth's implicit flow puts its
+// access_token there). Everything else is kept byte for byte; a string that is
 // not a URI (a path) comes back unchanged. It never fails: it does not need
 // uri to parse.
 func URI(uri string) string {
@@ -58,7 +60,7 @@ func Text(s string, uris ...string) string {
 }
 
 // Secrets are the credentials of uri Text masks: the userinfo's password
-// (or lone user name) and the credential query values, raw and
+// (or lone user name), the credential query values and the fragment, raw and
 // percent-decoded, those shorter than 4 bytes left out (masking them
 // everywhere would garble the text more than it hides).
 func Secrets(uri string) []string {
@@ -83,8 +85,11 @@ func Secrets(uri string) []string {
 			add(user)
 		}
 	}
+	tail, frag, hasFrag := strings.Cut(tail, "#")
+	if hasFrag {
+		add(frag)
+	}
 	if _, q, ok := strings.Cut(tail, "?"); ok {
-		q, _, _ = strings.Cut(q, "#")
 		for _, kv := range strings.Split(q, "&") {
 			if k, v, ok := strings.Cut(kv, "="); ok && CredentialKey(unescape(k)) {
 				add(v)
@@ -97,9 +102,9 @@ func Secrets(uri string) []string {
 // CredentialKey reports whether a query parameter named key carries a
 // credential: the names of signed URLs (S3's X-Amz-*, GCS's X-Goog-*,
 // Azure SAS's sig), of API keys and tokens (token, access_token,
-// private_token, api_key, key, code, jwt), of passwords and secrets, and
-// any name containing token, secret, passw, signature, credential, auth or
-// session (case-insensitive).
+// private_token, api_key, key, code, jwt, bearer), of passwords and secrets,
+// and any name containing token, secret, passw, signature, credential, auth,
+// session or bearer (case-insensitive).
 func CredentialKey(key string) bool {
 	k := strings.ToLower(key)
 	switch k {
@@ -109,7 +114,7 @@ func CredentialKey(key string) bool {
 	if strings.HasPrefix(k, "x-amz-") || strings.HasPrefix(k, "x-goog-") {
 		return true
 	}
-	for _, sub := range []string{"token", "secret", "passw", "signature", "credential", "auth", "session", "apikey", "api_key", "api-key", "private"} {
+	for _, sub := range []string{"token", "secret", "passw", "signature", "credential", "auth", "session", "apikey", "api_key", "api-key", "private", "bearer"} {
 		if strings.Contains(k, sub) {
 			return true
 		}
@@ -165,10 +170,11 @@ func mask(u string) (string, bool) {
 		auth = auth[at:]
 	}
 	b.WriteString(auth)
+	// The fragment starts at the first '#', and may hold '?'.
+	tail, _, hasFrag := strings.Cut(tail, "#")
 	path, q, hasQ := strings.Cut(tail, "?")
 	b.WriteString(path)
 	if hasQ {
-		q, frag, hasFrag := strings.Cut(q, "#")
 		b.WriteByte('?')
 		for i, kv := range strings.Split(q, "&") {
 			if i > 0 {
@@ -179,9 +185,9 @@ func mask(u string) (string, bool) {
 			}
 			b.WriteString(kv)
 		}
-		if hasFrag {
-			b.WriteString("#" + frag)
-		}
+	}
+	if hasFrag {
+		b.WriteString("#" + Mask)
 	}
 	return b.String(), true
 }

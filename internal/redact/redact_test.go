@@ -16,7 +16,13 @@ func TestURI(t *testing.T) {
 		{"https://b.s3.amazonaws.com/x.wasm?X-Amz-Algorithm=AWS4&X-Amz-Credential=AKIA%2F1&X-Amz-Signature=abc123&versionId=7",
 			"https://b.s3.amazonaws.com/x.wasm?X-Amz-Algorithm=xxxxx&X-Amz-Credential=xxxxx&X-Amz-Signature=xxxxx&versionId=7"},
 		{"https://acct.blob.core.windows.net/c/x.wasm?sv=2024&sig=Zm9v%3D&se=2030", "https://acct.blob.core.windows.net/c/x.wasm?sv=2024&sig=xxxxx&se=2030"},
-		{"https://h/x.wasm?private_token=glpat-1&ref=main#frag", "https://h/x.wasm?private_token=xxxxx&ref=main#frag"},
+		{"https://h/x.wasm?private_token=glpat-1&ref=main#frag", "https://h/x.wasm?private_token=xxxxx&ref=main#xxxxx"},
+		// bearer, in any case; the fragment, with or without a query, '?' in it or not
+		{"https://h/x.wasm?bearer=b1&Bearer=b2&BEARER=b3&bearer_token=b4&x-bearer=b5&v=1", "https://h/x.wasm?bearer=xxxxx&Bearer=xxxxx&BEARER=xxxxx&bearer_token=xxxxx&x-bearer=xxxxx&v=1"},
+		{"https://h/x.wasm#access_token=abc&token_type=bearer", "https://h/x.wasm#xxxxx"},
+		{"https://h/x.wasm#frag?token=t", "https://h/x.wasm#xxxxx"},
+		{"https://h#frag", "https://h#xxxxx"},
+		{"registry://h/p/x:v1?v=1#s3cr3t", "registry://h/p/x:v1?v=1#xxxxx"},
 		{"https://h/x.wasm?Password=a&API_KEY=b&access_token=c&code=d&flag", "https://h/x.wasm?Password=xxxxx&API_KEY=xxxxx&access_token=xxxxx&code=xxxxx&flag"},
 		{"https://u:p@h/x?token=t", "https://u:xxxxx@h/x?token=xxxxx"},
 		{"https://host:8443/x.wasm", "https://host:8443/x.wasm"},
@@ -51,6 +57,13 @@ func TestText(t *testing.T) {
 		if got := Text(tt.in, uri); got != tt.want {
 			t.Errorf("Text(%q)\n = %q\nwant %q", tt.in, got, tt.want)
 		}
+	}
+	// a bearer query value and a fragment of a known URI, quoted without it
+	frag := "https://h.example/x.wasm?Bearer=bearer-s3cret&v=2#frag-s3cret"
+	in := `module "https://h.example/x.wasm?Bearer=bearer-s3cret&v=2#frag-s3cret": token "bearer-s3cret", anchor "frag-s3cret"`
+	want := `module "https://h.example/x.wasm?Bearer=xxxxx&v=2#xxxxx": token "xxxxx", anchor "xxxxx"`
+	if got := Text(in, frag); got != want {
+		t.Errorf("Text(%q)\n = %q\nwant %q", in, got, want)
 	}
 	// short credentials are masked inside URIs but not everywhere
 	if got := Text("a b c", "https://u:abc@h/x"); got != "a b c" {
