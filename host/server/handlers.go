@@ -105,7 +105,7 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		return httpError(w, http.StatusNotFound, "no policy %q in the serving configuration", id)
 	}
 	if e.err != nil {
-		log.Warn("request for a policy that failed to load", "error", e.err)
+		log.Warn("request for a policy that failed to load", "error", briefError(e.err.Error()))
 		return s.write(w, kind, http.StatusInternalServerError,
 			admission.Errored(in.uid, http.StatusInternalServerError, errors.New(userMessage("policy "+id+" is not loaded: ", id, e.err))))
 	}
@@ -429,9 +429,9 @@ func (e *entry) status() status.Policy {
 	p := policyStatus(&e.cfg, e.state())
 	switch {
 	case e.err != nil:
-		p.Error = e.err.Error()
+		p.Error = briefError(e.err.Error())
 	case e.stale != nil:
-		p.Stale, p.Error = true, e.stale.Error()
+		p.Stale, p.Error = true, briefError(e.stale.Error())
 	}
 	if e.unit != nil {
 		p.Module, p.Digest = e.unit.module, e.unit.digest
@@ -445,7 +445,7 @@ func (e *entry) status() status.Policy {
 		u := e.members[m.Name]
 		mi := status.Member{Name: m.Name, Module: u.module, Digest: u.digest, State: status.StateReady}
 		if u.err != nil {
-			mi.State, mi.Error = status.StateFailed, u.err.Error()
+			mi.State, mi.Error = status.StateFailed, briefError(u.err.Error())
 		}
 		p.Members = append(p.Members, mi)
 	}

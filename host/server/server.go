@@ -186,7 +186,7 @@ func (s *Server) Load(ctx context.Context) error {
 	s.m.loadDuration.Observe(time.Since(start).Seconds())
 	s.countLoads(st)
 	for _, id := range set.failed() {
-		s.log.Error("policy failed to load; its endpoint answers 500 until a reload fixes it", "policy", id, "error", set.entries[id].err)
+		logLoadError(s.log, "policy failed to load; its endpoint answers 500 until a reload fixes it", id, set.entries[id].err)
 	}
 	if failed := set.failed(); len(failed) > 0 && s.opts.Strict {
 		closeUnshared(ctx, set, nil)
@@ -431,12 +431,12 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	var errs []error
 	for _, id := range failed {
 		err := set.entries[id].err
-		s.log.Error("policy failed to load; its endpoint answers 500 until a reload fixes it", "policy", id, "error", err)
+		logLoadError(s.log, "policy failed to load; its endpoint answers 500 until a reload fixes it", id, err)
 		errs = append(errs, fmt.Errorf("policy %s: %w", id, err))
 	}
 	for _, id := range stale {
 		err := set.entries[id].stale
-		s.log.Error("the new version of a policy failed to load; its previous version keeps serving", "policy", id, "error", err)
+		logLoadError(s.log, "the new version of a policy failed to load; its previous version keeps serving", id, err)
 		errs = append(errs, fmt.Errorf("policy %s (previous version serving): %w", id, err))
 	}
 	outcome := "success"
