@@ -109,8 +109,8 @@ func Defaults() Options {
 		MaxModuleBytes:       256 << 20,
 		MaxFunctionBodyBytes: 7_654_321,
 		MaxFunctionLocals:    50_000,
-		MaxNestingDepth:      20_000,
-		CompileTimeout:       2 * time.Minute,
+		MaxNestingDepth:      10_000,
+		CompileTimeout:       10 * time.Minute,
 		CompileMemoryLimit:   3 << 30,
 		MaxRequestBytes:      3 << 20, // the Kubernetes API server's own request limit is 3 MiB
 		MaxConnections:       256,

@@ -750,6 +750,9 @@ func (r *startingRuntime) InstantiateModule(ctx context.Context, c wazero.Compil
 				continue
 			}
 			_ = mod.Close(ctx)
+			if name == wasmbin.StartExport {
+				name = "the start function"
+			}
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}

@@ -36,11 +36,11 @@ import (
 
 // ErrCompileBudget is wrapped (with ErrCompile) by the error for a compile
 // that took more than its time, CPU or memory budget and was stopped.
-var ErrCompileBudget = errors.New("compiling the module exceeded its budget")
+var ErrCompileBudget = errors.New("compile budget exceeded")
 
 // Defaults of Config.CompileTimeout and Config.CompileMemoryBytes.
 const (
-	DefaultCompileTimeout     = 2 * time.Minute
+	DefaultCompileTimeout     = 10 * time.Minute
 	DefaultCompileMemoryBytes = 3 << 30
 )
 

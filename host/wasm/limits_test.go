@@ -21,8 +21,8 @@ import (
 // dies of OOM in wazero's compiler; 1e9 locals in 1,000 entries: a panic
 // after 60 s; 50,000 nested blocks: 66 s of compile) are here with
 // the bounded variants that show the old engine compiled them (60,000
-// locals, 20,001 nested blocks and ifs: accepted before, in 10 s for the
-// blocks).
+// locals, 20,001 nested blocks and ifs: accepted before, after 49 s and
+// 6 min of compile; 10,001 is in between).
 func TestCompileRefusesOverLimits(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -32,9 +32,9 @@ func TestCompileRefusesOverLimits(t *testing.T) {
 		{"locals 4e9", hostile.Locals(4_000_000_000), "function 1 declares 4000000000 locals; the limit is 50000"},
 		{"locals spread 1e9", hostile.LocalsSpread(1000, 1_000_000), "function 1 declares 1000000000 locals; the limit is 50000"},
 		{"locals 60000", hostile.Locals(60_000), "function 1 declares 60000 locals; the limit is 50000"},
-		{"nested blocks 50000", hostile.NestedBlocks(50_000), "function 1 nests blocks 50000 deep; the limit is 20000"},
-		{"nested blocks 20001", hostile.NestedBlocks(20_001), "function 1 nests blocks 20001 deep; the limit is 20000"},
-		{"nested ifs 20001", hostile.NestedIfs(20_001), "function 1 nests blocks 20001 deep; the limit is 20000"},
+		{"nested blocks 50000", hostile.NestedBlocks(50_000), "function 1 nests blocks 50000 deep; the limit is 10000"},
+		{"nested blocks 10001", hostile.NestedBlocks(10_001), "function 1 nests blocks 10001 deep; the limit is 10000"},
+		{"nested ifs 10001", hostile.NestedIfs(10_001), "function 1 nests blocks 10001 deep; the limit is 10000"},
 	}
 	for _, mode := range []struct {
 		name string
@@ -194,7 +194,7 @@ func TestDefaultLimitsAcceptKnownModules(t *testing.T) {
 		t.Logf("  %s: %s", k, v)
 	}
 	// The defaults keep a margin over what real modules hold.
-	if most.Locals*4 > d.Locals || most.BodyBytes*2 > d.BodyBytes || most.Nesting*2 > d.Nesting || most.ModuleBytes*4 > d.ModuleBytes {
-		t.Errorf("a default limit is less than twice (four times for locals and size) the largest known: %+v vs %+v", most, d)
+	if most.Locals*4 > d.Locals || most.BodyBytes*2 > d.BodyBytes || most.Nesting*2 > d.Nesting || most.ModuleBytes*3 > d.ModuleBytes {
+		t.Errorf("a default limit is less than twice (four times for locals, three for the size) the largest known: %+v vs %+v", most, d)
 	}
 }

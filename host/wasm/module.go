@@ -269,7 +269,10 @@ func (p *Pool) newInstance(ctx context.Context) (*instance, error) {
 			return nil, fmt.Errorf("%w: %w while starting (limit %d bytes): %v", ErrInstantiate, ErrMemoryLimit, p.mod.memCap, err)
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w while starting (start timeout %s): %v", ErrInstantiate, ErrTimeout, p.start, err)
+			// The first line: the function that ran out of time, without
+			// wazero's stack trace.
+			first, _, _ := strings.Cut(err.Error(), "\n")
+			return nil, fmt.Errorf("%w: %w while starting (start timeout %s): %s", ErrInstantiate, ErrTimeout, p.start, first)
 		}
 		return nil, fmt.Errorf("%w: %v", ErrInstantiate, err)
 	}

@@ -64,7 +64,7 @@ func DefaultLimits() Limits {
 const DefaultModuleBytes = 256 << 20
 
 // DefaultNesting is the default Limits.Nesting.
-const DefaultNesting = 20_000
+const DefaultNesting = 10_000
 
 // WithDefaults is l with every zero field set to its default.
 func (l Limits) WithDefaults() Limits {

@@ -23,8 +23,8 @@ func TestCheckLimitsHostile(t *testing.T) {
 		{"locals 4e9", hostile.Locals(4_000_000_000), "locals", "function 1 declares 4000000000 locals; the limit is 50000"},
 		{"locals 1e8", hostile.Locals(100_000_000), "locals", "function 1 declares 100000000 locals; the limit is 50000"},
 		{"locals spread 1e9", hostile.LocalsSpread(1000, 1_000_000), "locals", "function 1 declares 1000000000 locals; the limit is 50000"},
-		{"nested blocks 50k", hostile.NestedBlocks(50_000), "nesting depth", "function 1 nests blocks 50000 deep; the limit is 20000"},
-		{"nested ifs 1e6", hostile.NestedIfs(1_000_000), "nesting depth", "function 1 nests blocks 1000000 deep; the limit is 20000"},
+		{"nested blocks 50k", hostile.NestedBlocks(50_000), "nesting depth", "function 1 nests blocks 50000 deep; the limit is 10000"},
+		{"nested ifs 1e6", hostile.NestedIfs(1_000_000), "nesting depth", "function 1 nests blocks 1000000 deep; the limit is 10000"},
 		{"functions 1.1e6", hostile.Functions(1_100_000), "functions", "the module declares 1100002 functions; the limit is 1000000"},
 	}
 	for _, c := range cases {
