@@ -19,6 +19,14 @@ func TestValidateLimits(t *testing.T) {
 		{func(o *Options) { o.MaxRequestBytesInFlight = 1000 }, "--max-request-bytes-in-flight=1000: invalid configuration: must be 0 (the default) or at least --max-request-bytes (3145728)"},
 		{func(o *Options) { o.MaxConnections = 0 }, "--max-connections=0: invalid configuration: must be at least 1"},
 		{func(o *Options) { o.InstanceRecycleGrowth = -1 }, "--instance-recycle-growth=-1: invalid configuration: must be >= 0 (0: never)"},
+		// The module limits and compile budget (issue 30).
+		{func(o *Options) { o.MaxModuleBytes = 0 }, "--max-module-bytes=0: invalid configuration: must be 1-1099511627776"},
+		{func(o *Options) { o.MaxFunctionLocals = 1 << 32 }, "--max-function-locals=4294967296: invalid configuration: must be 1-4294967295"},
+		{func(o *Options) { o.MaxNestingDepth = -1 }, "--max-nesting-depth=-1"},
+		{func(o *Options) { o.MaxFunctionBodyBytes = 0 }, "--max-function-body-bytes=0"},
+		{func(o *Options) { o.CompileTimeout = 0 }, "--compile-timeout=0s: invalid configuration: must be > 0"},
+		{func(o *Options) { o.CompileMemoryLimit = 1 << 20 }, "--compile-memory-limit=1048576: invalid configuration: must be at least 64 MiB"},
+		{func(o *Options) { o.PoliciesMemoryBudget = -1 }, "--policies-memory-budget=-1: invalid configuration: must be >= 0 (0: derived from the memory limit)"},
 	} {
 		o := Defaults()
 		o.Workers = 2

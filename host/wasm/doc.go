@@ -9,6 +9,15 @@
 // call grew by more than PoolConfig.RecycleGrowth is replaced after it, so
 // that the memory a large request took leaves the process.
 //
+// A module is read before it is compiled and refused over the structural
+// limits of Config.Limits (wasmbin.CheckLimits, in Screen); one that is not
+// in the load cache is compiled in a child process of the running binary
+// with a time and memory budget (isolate.go: this package's init runs the
+// compile when the process was started as such a child); the start
+// functions of an instance run under PoolConfig.StartTimeout; and the
+// machine code and instance memory the engine holds are bounded by
+// Config.MemoryBudgetBytes.
+//
 // It owns the three kinds of module found in the Kubewarden ecosystem: TinyGo
 // `-target=wasi` commands (whose `_start` ends in proc_exit(0)), TinyGo
 // `wasi-legacy` modules, and standard-Go `wasip1` reactors that need
