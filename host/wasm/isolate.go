@@ -158,6 +158,7 @@ func compileInChild(ctx context.Context, code []byte, dir string, closeOnDone bo
 	cctx, cancel := context.WithTimeout(ctx, b.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, exe)
+	cmd.Args = []string{"tollgate-wasm-compiler"} // what ps shows for it
 	cmd.Env = append(os.Environ(), compileChildEnv+"="+string(req), "GOTRACEBACK=none")
 	cmd.Stdin = bytes.NewReader(code)
 	var stderr tailBuffer

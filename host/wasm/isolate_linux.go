@@ -1,12 +1,19 @@
 package wasm
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // limitSelf bounds the compile child: its address space to what it has
 // mapped now plus memory bytes (the Go runtime reserves over a GiB of
 // address space it never touches before anything runs), and its CPU time
 // to cpuSeconds (SIGKILL a second after, Go ignores the SIGXCPU before it).
+// It also makes itself the kernel OOM killer's first choice
+// (oom_score_adj 1000, which any process may raise): when the container's
+// memory runs out during a compile, the compile dies, not the server.
 func limitSelf(memory, cpuSeconds uint64) error {
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	if memory > 0 {
 		as := vmSize() + memory
 		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: as, Max: as}); err != nil {
