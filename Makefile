@@ -71,16 +71,38 @@ policies: tools
 	./scripts/build-policies.sh
 	./scripts/embed-builtins.sh
 
-# test runs every test: the root module (host, CLI, integration suites), every submodule, and the
-# operator's end-to-end tests on a real kube-apiserver (make e2e).
-test: policies test-modules
+# test runs every check and test: the lint checks (gofmt, go vet, go mod tidy -diff on every
+# module), the root module (host, CLI, integration suites), every submodule, and the operator's
+# end-to-end tests on a real kube-apiserver (make e2e). Every step runs even when an earlier one
+# failed; the failures are listed at the end and the target then fails.
+test: policies
 	@$(MAKE) --no-print-directory demo-modules
-	$(GO) test $(GOTEST_FLAGS) ./...
-	@$(MAKE) --no-print-directory e2e
+	@failed=(); \
+	step() { local name="$$1"; shift; printf '\n=== make test: %s\n' "$$name"; "$$@" || { failed+=("$$name"); printf '=== make test: FAILED %s\n' "$$name"; }; }; \
+	step lint ./scripts/lint.sh; \
+	step "go test ./... (root module)" $(GO) test $(GOTEST_FLAGS) ./...; \
+	for m in $(filter-out test/e2e,$(SUBMODULES)); do step "go test ./... in $$m" $(test-module) $$m; done; \
+	step "make e2e" $(submake) e2e; \
+	if (( $${#failed[@]} > 0 )); then printf '\nmake test: %d step(s) failed:\n' "$${#failed[@]}"; printf '    %s\n' "$${failed[@]}"; exit 1; fi; \
+	echo; echo "make test: every step passed"
 
-# test/e2e (a real apiserver, minutes of CPU) runs through `make e2e`, which `make test` calls last.
+# submake runs make on a target of this Makefile. It names $(MAKE) indirectly on purpose: make
+# runs a recipe line that names $(MAKE) even under `make -n`, and test's one line is every suite.
+submake = $(MAKE) --no-print-directory
+
+# test-module runs one submodule's tests: $(test-module) DIR.
+test-module = bash -c 'cd "$$1" && exec $(GO) test $(GOTEST_FLAGS) ./...' test-module
+
+# test-modules runs the tests of every submodule but test/e2e (make e2e), all of them even when
+# one fails.
 test-modules:
-	@set -e; for m in $(filter-out test/e2e,$(SUBMODULES)); do echo "go test ./... in $$m"; (cd $$m && $(GO) test $(GOTEST_FLAGS) ./...); done
+	@failed=(); for m in $(filter-out test/e2e,$(SUBMODULES)); do echo "go test ./... in $$m"; $(test-module) $$m || failed+=("$$m"); done; \
+	if (( $${#failed[@]} > 0 )); then echo "test-modules: failed in $${failed[*]}"; exit 1; fi
+
+# lint checks gofmt, go vet and go mod tidy -diff in every Go module (scripts/lint.sh).
+.PHONY: lint
+lint:
+	./scripts/lint.sh
 
 # e2e runs the end-to-end tests (test/e2e, docs/e2e.md) on a real one-node cluster: etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, containerd, runc, the
@@ -154,11 +176,8 @@ bench-audit: policies build image
 	@set -e; $(k8s-env) \
 	cd test/e2e && $(GO) test -count=1 -v -timeout 30m -run '^$$' -bench Audit10k -benchtime 1x .
 
-check:
-	@test -z "$$(gofmt -l .)" || (gofmt -l .; echo "gofmt needed"; exit 1)
-	$(GO) vet ./...
-	@set -e; for m in $(SUBMODULES); do (cd $$m && $(GO) vet ./...); done
-	$(GO) mod tidy && git diff --exit-code go.mod go.sum
+# check is the old name of lint.
+check: lint
 
 clean:
 	rm -rf bin

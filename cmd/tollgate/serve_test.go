@@ -57,7 +57,7 @@ func TestServeDemo(t *testing.T) {
 	cmd.SetContext(ctx)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Execute() }()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(serveReadyCeiling)
 	for !strings.Contains(out.String(), "Try it yourself") {
 		select {
 		case err := <-done:
@@ -65,7 +65,7 @@ func TestServeDemo(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no demo output after 60s\nstdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+			t.Fatalf("no demo output after %v\nstdout:\n%s\nstderr:\n%s", serveReadyCeiling, out.String(), errOut.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -144,7 +144,7 @@ func TestServeSIGHUPReload(t *testing.T) {
 		return body
 	}
 	waitFor := func(want string) {
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(serveReadyCeiling)
 		for !strings.Contains(policies(), want) {
 			select {
 			case err := <-done:
@@ -273,7 +273,7 @@ func TestServeProbesWhileLoading(t *testing.T) {
 	// waitFor polls path until it answers code with a body containing want.
 	waitFor := func(path string, code int, want string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(serveReadyCeiling)
 		for {
 			c, body := get(path)
 			if c == code && strings.Contains(body, want) {

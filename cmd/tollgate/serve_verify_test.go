@@ -84,7 +84,7 @@ func TestServeVerification(t *testing.T) {
 
 	statusOf := func(gen int) map[string]status.Policy {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(serveReadyCeiling)
 		for {
 			_, body := probeGet(probe, "/policies")
 			var ps status.Policies

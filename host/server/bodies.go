@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,7 @@ type bodyBudget struct {
 	used   atomic.Int64
 	peak   atomic.Int64 // the largest used seen (tests)
 	gauge  func(float64)
+	gmu    sync.Mutex   // orders the changes of used and parked with their gauges' (see add)
 	parked atomic.Int64 // sent ahead by HTTP/2 requests waiting for their share (at most total)
 	pgauge func(float64)
 }
@@ -63,12 +65,9 @@ func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time
 	if !b.sem.TryAcquire(n) {
 		if h2 {
 			ahead := min(n, h2StreamWindow)
-			p := b.parked.Add(ahead)
-			if p > b.total {
-				b.unpark(ahead)
-				return nil, fmt.Errorf("%w (%d of %d bytes taken, and HTTP/2 requests waiting for them have %d bytes sent ahead)", errBodyBudget, b.used.Load(), b.total, p-ahead)
+			if p, ok := b.park(ahead); !ok {
+				return nil, fmt.Errorf("%w (%d of %d bytes taken, and HTTP/2 requests waiting for them have %d bytes sent ahead)", errBodyBudget, b.used.Load(), b.total, p)
 			}
-			b.pgauge(float64(p))
 			defer b.unpark(ahead)
 		}
 		wctx, cancel := context.WithTimeout(ctx, wait)
@@ -78,14 +77,41 @@ func (b *bodyBudget) acquire(ctx context.Context, contentLength int64, wait time
 			return nil, fmt.Errorf("%w (%d of %d bytes taken, waited %s for %d more)", errBodyBudget, b.used.Load(), b.total, wait, n)
 		}
 	}
-	used := b.used.Add(n)
+	used := b.add(n)
 	for p := b.peak.Load(); used > p && !b.peak.CompareAndSwap(p, used); p = b.peak.Load() {
 	}
-	b.gauge(float64(used))
 	return &bodyShare{b: b, n: n}, nil
 }
 
-func (b *bodyBudget) unpark(n int64) { b.pgauge(float64(b.parked.Add(-n))) }
+// add changes used by n and sets the gauge to the result. The two go together under gmu: two
+// requests setting the gauge to the values each computed could otherwise land out of order and
+// leave it showing 9 MB while 12 MB are taken, until the next change.
+func (b *bodyBudget) add(n int64) int64 {
+	b.gmu.Lock()
+	defer b.gmu.Unlock()
+	used := b.used.Add(n)
+	b.gauge(float64(used))
+	return used
+}
+
+// park takes n from the parked allowance and sets its gauge, or, when the allowance is out, takes
+// nothing and reports what is parked.
+func (b *bodyBudget) park(n int64) (int64, bool) {
+	b.gmu.Lock()
+	defer b.gmu.Unlock()
+	p := b.parked.Add(n)
+	if p > b.total {
+		return b.parked.Add(-n), false
+	}
+	b.pgauge(float64(p))
+	return p, true
+}
+
+func (b *bodyBudget) unpark(n int64) {
+	b.gmu.Lock()
+	defer b.gmu.Unlock()
+	b.pgauge(float64(b.parked.Add(-n)))
+}
 
 // bodyShare is one request's share of the budget.
 type bodyShare struct {
@@ -98,14 +124,14 @@ type bodyShare struct {
 func (s *bodyShare) fit(size int) {
 	if excess := s.n - max(int64(size), 1); excess > 0 {
 		s.n -= excess
-		s.b.gauge(float64(s.b.used.Add(-excess)))
+		s.b.add(-excess)
 		s.b.sem.Release(excess)
 	}
 }
 
 // done gives the share back.
 func (s *bodyShare) done() {
-	s.b.gauge(float64(s.b.used.Add(-s.n)))
+	s.b.add(-s.n)
 	s.b.sem.Release(s.n)
 }
 
