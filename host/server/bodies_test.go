@@ -34,6 +34,8 @@ func TestRequestBytesInFlightBounded(t *testing.T) {
 	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
 		o.Workers, o.QueueSize, o.PolicyWorkers, o.PolicyTimeout = 64, 64, 64, time.Minute
 		o.ReadTimeout = 3 * time.Minute // the last bodies wait for 5 rounds of 4 to be read: slow on a loaded machine or with -race
+		// and their answers come that late: past the default 30 s, an HTTP/2 stream is reset (INTERNAL_ERROR)
+		o.WriteTimeout = 3 * time.Minute
 	}})
 	body := reviewFor("big", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 3_000_000)}))
 	if int64(len(body)) > h.srv.opts.MaxRequestBytes || len(body) < 3_000_000 {
@@ -250,12 +252,15 @@ func TestHTTP2ParkedBytesBounded(t *testing.T) {
 	}
 	l, release, started := blocking(t)
 	h := start(t, harnessOpts{policies: "block:\n  module: script://block\n", loader: l, options: func(o *config.Options) {
-		o.Workers, o.PolicyTimeout, o.ReadTimeout = 2, 30*time.Second, time.Minute
+		// A stream that gets its place waits for its share until the test ends: the wait
+		// (min(policy timeout, read timeout / 2)) is far longer than the 1024 streams take
+		// to open on a loaded machine, so a 503 within h2QuickAnswer is a refusal at once.
+		o.Workers, o.PolicyTimeout, o.ReadTimeout, o.WriteTimeout = 2, 10*time.Minute, 20*time.Minute, 20*time.Minute
 		o.MaxRequestBytes, o.MaxRequestBytesInFlight = 1<<20, 1<<20
 	}})
 	// one request takes the whole budget and holds it in its evaluation
 	held := make(chan int, 1)
-	h.client.Timeout = 2 * time.Minute
+	h.client.Timeout = 15 * time.Minute
 	go func() {
 		resp, err := h.client.Post(h.base+"/validate/block", "application/json",
 			strings.NewReader(string(reviewFor("held", "CREATE", "default", pod(map[string]string{"big": strings.Repeat("x", 900_000)})))))
@@ -280,10 +285,10 @@ func TestHTTP2ParkedBytesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { child.Process.Kill(); child.Wait() }()
-	// the streams open and send their 64 KiB: let them all arrive
+	// the streams open and send their 64 KiB: let them all arrive (the client says when)
 	var during runtime.MemStats
 	var metrics string
-	for deadline := time.Now().Add(25 * time.Second); ; {
+	for deadline := time.Now().Add(h2Settle + time.Minute); ; {
 		time.Sleep(time.Second)
 		runtime.GC()
 		runtime.ReadMemStats(&during)
@@ -324,7 +329,7 @@ func TestHTTP2ParkedBytesBounded(t *testing.T) {
 // h2Withholder is TestHTTP2ParkedBytesBounded's client: 1024 concurrent
 // requests over HTTP/2 (16 connections of 64 streams, the server's limit),
 // each sending 64 KiB of its body and withholding the
-// rest until interrupted; it prints how many got 503 within a second.
+// rest until interrupted; it prints how many got 503 within h2QuickAnswer.
 func h2Withholder(url, caFile string) {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
@@ -365,7 +370,7 @@ func h2Withholder(url, caFile string) {
 			}
 			resp.Body.Close()
 			answered.Add(1)
-			if resp.StatusCode == http.StatusServiceUnavailable && time.Since(t0) < time.Second {
+			if resp.StatusCode == http.StatusServiceUnavailable && time.Since(t0) < h2QuickAnswer {
 				quick.Add(1)
 			}
 		}()
@@ -382,7 +387,7 @@ func h2Withholder(url, caFile string) {
 		return n
 	}
 	// every stream has either sent its 64 KiB and waits, or has its answer
-	for deadline := time.Now().Add(15 * time.Second); int64(pending())+answered.Load()+failed.Load() < 1024 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(h2Settle); int64(pending())+answered.Load()+failed.Load() < 1024 && time.Now().Before(deadline); {
 		time.Sleep(time.Second)
 		fmt.Printf("progress: %d sent, %d wait, %d answered, %d failed\n", sent.Load(), pending(), answered.Load(), failed.Load())
 	}
@@ -391,6 +396,15 @@ func h2Withholder(url, caFile string) {
 	<-sig
 	close(stop)
 }
+
+// h2Settle bounds the wait for TestHTTP2ParkedBytesBounded's 1024 streams to
+// open and send or be answered (seconds on a quiet machine); h2QuickAnswer is
+// what counts as a refusal at once: far below the server's wait for a share
+// (10 minutes in the test), far above what a loaded machine takes to answer.
+const (
+	h2Settle      = 4 * time.Minute
+	h2QuickAnswer = 2 * time.Minute
+)
 
 // withheld is a request body that yields ahead bytes, calls sent, then
 // blocks until stop or Close (the transport closes it once answered).
