@@ -14,4 +14,6 @@ func AppendULEB128(b []byte, v uint64) []byte { return appendUleb(b, v) }
 func ReadName(b []byte) (name string, rest []byte, err error) { return readName(b) }
 
 // AppendSection appends a section: id, payload size, payload.
-func AppendSection(out []byte, id byte, payload []byte) []byte { return appendSection(out, id, payload) }
+func AppendSection(out []byte, id byte, payload []byte) []byte {
+	return appendSection(out, id, payload)
+}
