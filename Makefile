@@ -30,9 +30,18 @@ demo-modules:
 		if [ -f examples/$$d/policy.wasm ]; then cmp -s examples/$$d/policy.wasm internal/demo/modules/$$d.wasm || cp examples/$$d/policy.wasm internal/demo/modules/$$d.wasm; \
 		else echo "demo-modules: examples/$$d/policy.wasm not built (make policies)" >&2; fi; done
 
-# demo installs everything, builds the example policies and tollgate, and runs the examples
-# through tollgate on their sample requests.
-demo: policies build
+# demo builds only what it shows (the example policies scripts/demo.sh runs, the built-in policies
+# the binary embeds, tollgate) with only the tools those need, and runs the examples through
+# tollgate on their sample requests. Policies come from the build cache when another clone or an
+# earlier run built them (scripts/build-policies.sh); everything else is built by the targets that
+# use it (make policies, make test).
+DEMO_POLICIES := $(addprefix examples/,$(DEMO_EXAMPLES) go-image-registries) policies/mutating-admission-policy policies/gatekeeper-mutation
+.PHONY: demo-policies
+demo-policies:
+	./scripts/build-policies.sh --no-wasm-opt $(DEMO_POLICIES)
+	./scripts/embed-builtins.sh
+
+demo: demo-policies build
 	./scripts/demo.sh
 
 # demo-cluster brings up the one-node cluster of the end-to-end tests (a real kubelet and
@@ -179,10 +188,19 @@ bench-audit: policies build image
 # check is the old name of lint.
 check: lint
 
+# clean removes what the build wrote into the repository; the build cache (and the tools) outside
+# it stay: the next build takes the policies from there.
 clean:
 	rm -rf bin
-	find examples policies test/testdata/policies -name policy.wasm -o -name policy.raw.wasm 2>/dev/null | xargs -r rm -f
+	find examples policies test/testdata/policies -name 'policy*.wasm' 2>/dev/null | xargs -r rm -f
 	rm -f host/builtin/modules/*.wasm
+
+# clean-cache removes the build cache of scripts/build-policies.sh (every clone's policy outputs;
+# the next build compiles them all again). The tools (TOOLS_DIR) stay.
+BUILD_CACHE ?= $(or $(TOLLGATE_BUILD_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tollgate/builds)
+.PHONY: clean-cache
+clean-cache:
+	rm -rf "$(BUILD_CACHE)"
 
 # crds regenerates the CRD manifests in crds/ and the deep-copy functions from the Go types in
 # crds/api/v1 with the pinned controller-gen (built from the Go module proxy, cached outside the

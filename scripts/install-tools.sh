@@ -8,6 +8,11 @@
 #   ${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}/tinygo-$TINYGO_VERSION/
 # The last line printed is the path of the tinygo binary.
 #
+# Usage: scripts/install-tools.sh [tinygo]
+#   tinygo   install only what TinyGo builds need (its Debian packages and TinyGo itself), not the
+#            test tools (registry, containerd, ...) nor binaryen 116: what scripts/build-policies.sh
+#            runs when a TinyGo policy must be built and TinyGo is missing (make demo)
+#
 # Environment:
 #   TOLLGATE_TOOLS_DIR  where tools are cached (see above)
 #   TINYGO_VERSION      default 0.41.1 (the newest that builds from the proxy against LLVM 19)
@@ -29,7 +34,7 @@ die() { printf 'install-tools: error: %s\n' "$*" >&2; exit 1; }
 # Debian packages. OTHER HELPERS: add the apt packages your part needs to APT_PACKAGES below
 # (one per line, with a comment saying who needs it). They are installed only when missing.
 # ---------------------------------------------------------------------------------------------
-APT_PACKAGES=(
+TINYGO_APT_PACKAGES=(
 	# TinyGo (LLVM 19 toolchain, wasm32 compiler-rt, wasi-libc, wasm-opt)
 	"llvm-${LLVM_MAJOR}-dev"
 	"clang-${LLVM_MAJOR}"
@@ -40,6 +45,9 @@ APT_PACKAGES=(
 	# wasm-opt 108, which TinyGo runs on every build (it takes the one on PATH). Kubewarden's
 	# `wasm-opt --all-features -Oz` step uses binaryen 116 instead: scripts/install-binaryen.sh.
 	binaryen
+)
+APT_PACKAGES=(
+	"${TINYGO_APT_PACKAGES[@]}"
 	# OCI tests (host/oci, cmd/tollgate push/pull): a real registry, CNCF distribution 2.8
 	docker-registry
 	# The real single-node cluster of test/e2e and `make demo-cluster` (test/e2e/cluster,
@@ -54,12 +62,15 @@ APT_PACKAGES=(
 	# --- add further packages here ---
 )
 
+# install_apt_packages installs the packages named (default: APT_PACKAGES) that are missing.
 install_apt_packages() {
 	if [[ "${SKIP_APT:-}" == 1 ]]; then
 		return 0
 	fi
 	local missing=() p
-	for p in "${APT_PACKAGES[@]}"; do
+	local -a want=("$@")
+	((${#want[@]} > 0)) || want=("${APT_PACKAGES[@]}")
+	for p in "${want[@]}"; do
 		# Like `dpkg -s`, but a package removed with its configuration left behind counts as missing.
 		[[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == "install ok installed" ]] || missing+=("$p")
 	done
@@ -184,12 +195,16 @@ seed_tinygo_cache() {
 }
 
 main() {
-	install_apt_packages
+	case "${1:-}" in
+	tinygo) install_apt_packages "${TINYGO_APT_PACKAGES[@]}" ;;
+	"") install_apt_packages ;;
+	*) die "unknown argument $1 (usage: scripts/install-tools.sh [tinygo])" ;;
+	esac
 	if [[ ! -x "$TINYGO_BIN" ]] || ! "$TINYGO_BIN" version >/dev/null 2>&1; then
 		build_tinygo
 	fi
 	seed_tinygo_cache
-	"$(dirname "${BASH_SOURCE[0]}")/install-binaryen.sh" >/dev/null
+	[[ "${1:-}" == tinygo ]] || "$(dirname "${BASH_SOURCE[0]}")/install-binaryen.sh" >/dev/null
 	printf '%s\n' "$TINYGO_BIN"
 }
 

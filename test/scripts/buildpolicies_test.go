@@ -13,13 +13,21 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
-// tree is a throw-away repository holding a copy of scripts/build-policies.sh.
+// tree is a throw-away repository holding a copy of scripts/build-policies.sh, with a build
+// cache of its own (cache) unless it shares another tree's (newClone).
 type tree struct {
-	t    *testing.T
-	root string
+	t     *testing.T
+	root  string
+	cache string
 }
 
 func newTree(t *testing.T) *tree {
+	t.Helper()
+	return newClone(t, t.TempDir())
+}
+
+// newClone is a tree whose build cache is cache: another clone on the same machine.
+func newClone(t *testing.T, cache string) *tree {
 	t.Helper()
 	root := t.TempDir()
 	script, err := os.ReadFile(testfixture.Path("scripts/build-policies.sh"))
@@ -30,7 +38,7 @@ func newTree(t *testing.T) *tree {
 	if err := os.Chmod(filepath.Join(root, "scripts/build-policies.sh"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &tree{t: t, root: root}
+	return &tree{t: t, root: root, cache: cache}
 }
 
 func write(t *testing.T, path, content string) {
@@ -58,7 +66,7 @@ func (tr *tree) run(env []string, args ...string) (stderr string, err error) {
 	tr.t.Helper()
 	cmd := exec.Command(filepath.Join(tr.root, "scripts/build-policies.sh"), args...)
 	cmd.Dir = tr.root
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), "TOLLGATE_BUILD_CACHE="+tr.cache), env...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -82,6 +90,28 @@ func (tr *tree) touch(rel string) {
 	if err := os.Chtimes(filepath.Join(tr.root, rel), later, later); err != nil {
 		tr.t.Fatal(err)
 	}
+}
+
+// edit appends text to a file of the tree.
+func (tr *tree) edit(rel, text string) {
+	tr.t.Helper()
+	f, err := os.OpenFile(filepath.Join(tr.root, rel), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+func (tr *tree) read(rel string) []byte {
+	tr.t.Helper()
+	b, err := os.ReadFile(filepath.Join(tr.root, rel))
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	return b
 }
 
 func isWasm(t *testing.T, path string) {
@@ -125,18 +155,24 @@ func TestBuildSkipRebuild(t *testing.T) {
 		t.Errorf("after touching a _test.go file: %v\n%s", err, out)
 	}
 
-	// A Go source is.
+	// Nor is a file's time: the build goes by content.
 	tr.touch("examples/p/main.go")
+	if out, err = tr.run(nil); err != nil || !strings.Contains(out, "all 1 policies up to date") {
+		t.Errorf("after touching main.go: %v\n%s", err, out)
+	}
+
+	// A change to a Go source is.
+	tr.edit("examples/p/main.go", "var changed = 1\n")
 	out, err = tr.run(nil)
-	if err != nil || !strings.Contains(out, "built 1 policies") {
-		t.Fatalf("after touching main.go: %v\n%s", err, out)
+	if err != nil || !strings.Contains(out, "1 policies: 0 from cache, 1 built") {
+		t.Fatalf("after changing main.go: %v\n%s", err, out)
 	}
 	if !tr.mtime("examples/p/policy.wasm").After(built) {
 		t.Error("policy.wasm was not rebuilt after its source changed")
 	}
 
 	// -f rebuilds what is up to date.
-	if out, err = tr.run(nil, "-f"); err != nil || !strings.Contains(out, "built 1 policies") {
+	if out, err = tr.run(nil, "-f"); err != nil || !strings.Contains(out, "0 from cache, 1 built") {
 		t.Errorf("-f: %v\n%s", err, out)
 	}
 }
@@ -151,8 +187,8 @@ func TestLocalReplaceTargetsAreSources(t *testing.T) {
 	if out, err := tr.run(nil); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	tr.touch("lib/lib.go")
-	if out, err := tr.run(nil); err != nil || !strings.Contains(out, "built 1 policies") {
+	tr.edit("lib/lib.go", "const Question = 6 * 9\n")
+	if out, err := tr.run(nil); err != nil || !strings.Contains(out, "0 from cache, 1 built") {
 		t.Errorf("a change in a replace target did not rebuild the policy: %v\n%s", err, out)
 	}
 }
@@ -281,6 +317,13 @@ func TestWasmOptArgs(t *testing.T) {
 	tr := newTree(t)
 	tr.policy("examples/p", "go-wasi", emptyMain)
 	write(t, filepath.Join(tr.root, "examples/p/wasm-opt.args"), "--all-features -Oz\n")
+	// --no-wasm-opt (make demo) builds the plain module alone.
+	if log, err := tr.run(env, "--no-wasm-opt"); err != nil || strings.Contains(log, "wasm-opt --all-features") {
+		t.Fatalf("--no-wasm-opt: %v\n%s", err, log)
+	}
+	if _, err := os.Stat(filepath.Join(tr.root, "examples/p/policy.opt.wasm")); !os.IsNotExist(err) {
+		t.Fatalf("--no-wasm-opt wrote policy.opt.wasm: %v", err)
+	}
 	log, err := tr.run(env)
 	if err != nil || !strings.Contains(log, "wasm-opt --all-features -Oz") {
 		t.Fatalf("%v\n%s", err, log)
