@@ -37,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
+	k8sadmissionv1 "k8s.io/kubernetes/pkg/apis/admissionregistration/v1"
 	"k8s.io/utils/ptr"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -175,28 +176,17 @@ func decodeInto(t testing.TB, raw any, out any, kind string) {
 	}
 }
 
-// defaultMatchResources applies the API defaults (SetDefaults_MatchResources, SetDefaults_Rule).
-func defaultMatchResources(m *admissionregistrationv1.MatchResources) {
-	if m == nil {
-		return
+// apiDefaults holds Kubernetes' own defaulting of the admissionregistration.k8s.io/v1 objects
+// (k8s.io/kubernetes/pkg/apis/admissionregistration/v1, what the apiserver applies when a policy
+// or binding is stored), so that the reference starts from the objects a cluster would hold and
+// a defaulting mistake of the engine shows as a difference rather than being copied here.
+var apiDefaults = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := k8sadmissionv1.RegisterDefaults(s); err != nil {
+		panic(err)
 	}
-	if m.MatchPolicy == nil {
-		m.MatchPolicy = ptr.To(admissionregistrationv1.Equivalent)
-	}
-	if m.NamespaceSelector == nil {
-		m.NamespaceSelector = &metav1.LabelSelector{}
-	}
-	if m.ObjectSelector == nil {
-		m.ObjectSelector = &metav1.LabelSelector{}
-	}
-	for _, rs := range [][]admissionregistrationv1.NamedRuleWithOperations{m.ResourceRules, m.ExcludeResourceRules} {
-		for i := range rs {
-			if rs[i].Scope == nil {
-				rs[i].Scope = ptr.To(admissionregistrationv1.AllScopes)
-			}
-		}
-	}
-}
+	return s
+}()
 
 func decodeRefSettings(t testing.TB, settingsYAML string) *refSettings {
 	t.Helper()
@@ -214,10 +204,7 @@ func decodeRefSettings(t testing.TB, settingsYAML string) *refSettings {
 	if s.policy.Name == "" {
 		s.policy.Name = "policy"
 	}
-	if s.policy.Spec.FailurePolicy == nil {
-		s.policy.Spec.FailurePolicy = ptr.To(admissionregistrationv1.Fail)
-	}
-	defaultMatchResources(s.policy.Spec.MatchConstraints)
+	apiDefaults.Default(s.policy)
 	if raw.Binding != nil {
 		decodeInto(t, raw.Binding, s.binding, "MutatingAdmissionPolicyBinding")
 	}
@@ -227,8 +214,10 @@ func decodeRefSettings(t testing.TB, settingsYAML string) *refSettings {
 	if s.binding.Spec.PolicyName == "" {
 		s.binding.Spec.PolicyName = s.policy.Name
 	}
-	defaultMatchResources(s.binding.Spec.MatchResources)
+	apiDefaults.Default(s.binding)
 	if r := s.binding.Spec.ParamRef; r != nil {
+		// Not an API default: the apiserver refuses a paramRef without it; settings may omit it,
+		// and the module reads that as Deny (docs/mutating-admission-policy.md).
 		if r.ParameterNotFoundAction == nil {
 			r.ParameterNotFoundAction = ptr.To(admissionregistrationv1.DenyAction)
 		}
