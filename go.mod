@@ -26,7 +26,6 @@ require (
 	github.com/wapc/wapc-go v0.7.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/crypto v0.58.0
-	golang.org/x/net v0.60.0
 	golang.org/x/sync v0.24.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.36.6
@@ -162,6 +161,7 @@ require (
 	go.uber.org/zap v1.28.0 // indirect
 	golang.org/x/exp v0.0.0-20251219203646-944ab1f22d93 // indirect
 	golang.org/x/mod v0.41.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

@@ -94,11 +94,15 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if err := config.ApplySources(cmd.Flags(), os.LookupEnv, cfgPath, cfgData); err != nil {
 		return err
 	}
-	cfg, err := config.Load(*o, demo.Policies())
+	logger, err := newServeLogger(stderr, o)
 	if err != nil {
 		return err
 	}
-	logger, err := newServeLogger(stderr, o)
+	cfg, err := config.Load(*o, demo.Policies())
+	if errors.Is(err, config.ErrEmpty) && o.PoliciesPath != "" {
+		// Caught between an editor's truncation and its write: wait for the content, unready.
+		cfg, err = awaitPolicies(ctx, o, err, logger)
+	}
 	if err != nil {
 		return err
 	}
@@ -118,7 +122,16 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if err != nil {
 		return err
 	}
-	defer host.Close(context.Background())
+	defer func() {
+		// Bounded: a load abandoned at its deadline may still hold the runtime.
+		done := make(chan struct{})
+		go func() { host.Close(context.Background()); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			logger.Warn("the Wasm runtime did not close within 5s (a load still running); exiting")
+		}
+	}()
 	resolver, err := serveResolver(cfg.Sources)
 	if err != nil {
 		return err
@@ -220,47 +233,40 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	if err := srv.ServeProbes(); err != nil {
 		return err
 	}
-	// Ctrl-C or SIGTERM while the policies load stops the loading.
-	loadCtx, cancelLoad := context.WithCancel(ctx)
-	defer cancelLoad()
-	loaded := make(chan struct{})
-	var interrupted atomic.Bool
-	watcherDone := make(chan struct{})
-	go func() {
-		defer close(watcherDone)
-		for {
-			select {
-			case sig := <-sigs:
-				if sig != syscall.SIGHUP {
-					interrupted.Store(true)
-					cancelLoad()
-					return
-				}
-			case <-loaded:
-				return
-			}
-		}
-	}()
-	err = srv.Load(loadCtx)
-	close(loaded)
-	<-watcherDone // a signal it took is seen below, not lost
-	if interrupted.Load() {
-		srv.Shutdown(context.Background())
-		return errors.New("interrupted while loading the policies")
-	}
-	if err != nil {
+	// Each policy serves as soon as its own load ended (a slow or stuck one
+	// holds back nothing but itself, up to --policy-load-timeout); with
+	// --strict every policy must load before the webhook port opens.
+	if err := srv.Begin(ctx); err != nil {
 		srv.Shutdown(context.Background())
 		return err
 	}
+	if o.Strict {
+		loaded := make(chan error, 1)
+		go func() { loaded <- srv.WaitLoaded(ctx) }()
+		select {
+		case err = <-loaded:
+		case sig := <-sigs:
+			for sig == syscall.SIGHUP { // reloading waits for the first configuration
+				sig = <-sigs
+			}
+			shutdownBounded(srv, o.ShutdownTimeout)
+			return errors.New("interrupted while loading the policies")
+		}
+		if err != nil {
+			shutdownBounded(srv, o.ShutdownTimeout)
+			return err
+		}
+	}
 	if err := srv.Start(ctx); err != nil {
-		srv.Shutdown(context.Background())
+		shutdownBounded(srv, o.ShutdownTimeout)
 		return err
 	}
 
 	if ver != nil {
-		go ver.watch(ctx, srv.Reload)
+		go ver.watch(ctx, srv)
 	}
 	if sendDemo {
+		_ = srv.WaitLoaded(ctx) // the sample requests go to loaded policies
 		err := runDemo(cmd.OutOrStdout(), srv.Addr(), o.InsecureHTTP, serverCA, demoExit)
 		if err != nil {
 			logger.Error("demo requests failed", "error", err)
@@ -294,11 +300,61 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 		case <-ctx.Done():
 			logger.Info("shutting down: draining in-flight requests", "timeout", o.ShutdownTimeout)
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
-		err := srv.Shutdown(sctx)
-		cancel()
-		return err
+		return shutdownBounded(srv, o.ShutdownTimeout)
 	}
+}
+
+// awaitPolicies is the start-up with an empty policies.yml (first, the error
+// it gave): rather than serve nothing, or exit (a crash loop, when a person's
+// editor emptied the file for a moment), it opens the probe port, where
+// /livez answers 200 and /readiness 503 with the error, and reads the file
+// again every half second until it has content. Any other error ends it, as
+// does SIGTERM or SIGINT.
+func awaitPolicies(ctx context.Context, o *config.Options, first error, logger *slog.Logger) (*config.Config, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.Addr, strconv.Itoa(o.ReadinessProbePort)))
+	if err != nil {
+		return nil, fmt.Errorf("--readiness-probe-port: %w", err)
+	}
+	var last atomic.Pointer[error]
+	last.Store(&first)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readiness", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no configuration: "+(*last.Load()).Error(), http.StatusServiceUnavailable)
+	})
+	probe := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go probe.Serve(ln)
+	defer probe.Close()
+	sctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	logger.Error("the policies file is empty: waiting for its content (unready); write {} to serve no policies", "error", first)
+	hup := make(chan os.Signal, 1) // the probe port is reachable: a SIGHUP must not end the process
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-sctx.Done():
+			return nil, fmt.Errorf("interrupted while waiting for the policies: %w", first)
+		case <-t.C:
+		case <-hup:
+		}
+		cfg, err := config.Load(*o, nil)
+		if err == nil || !errors.Is(err, config.ErrEmpty) {
+			return cfg, err
+		}
+		last.Store(&err)
+	}
+}
+
+// shutdownBounded shuts srv down within timeout: it drains in-flight requests
+// until then and abandons loads still running (a compilation cannot be
+// interrupted; the process exit ends it).
+func shutdownBounded(srv *server.Server, timeout time.Duration) error {
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return srv.Shutdown(sctx)
 }
 
 func newServeLogger(w io.Writer, o *config.Options) (*slog.Logger, error) {

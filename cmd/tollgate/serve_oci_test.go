@@ -25,7 +25,9 @@ func startServe(t *testing.T, args ...string) (url string, stderr *lockedBuffer,
 }
 
 // startServeUntil runs `tollgate serve` until the test ends; it is ready
-// when re's first group matches its standard error (the URL it returns).
+// when re's first group matches its standard error (the URL it returns) and
+// its /readiness answers 200 (every policy loaded or failed: the webhook port
+// serves each policy as soon as its own load ended).
 func startServeUntil(t *testing.T, re *regexp.Regexp, args ...string) (url string, stderr *lockedBuffer, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -52,7 +54,16 @@ func startServeUntil(t *testing.T, re *regexp.Regexp, args ...string) (url strin
 	deadline := time.Now().Add(serveReadyCeiling)
 	for {
 		if m := re.FindStringSubmatch(stderr.String()); m != nil {
-			return m[1], stderr, stop
+			p := probesRE.FindStringSubmatch(stderr.String())
+			if p == nil {
+				t.Fatalf("no probe address in the log:\n%s", stderr.String())
+			}
+			if resp, err := http.Get(p[1] + "/readiness"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return m[1], stderr, stop
+				}
+			}
 		}
 		select {
 		case err := <-done:
@@ -68,6 +79,9 @@ func startServeUntil(t *testing.T, re *regexp.Regexp, args ...string) (url strin
 // serveReadyCeiling bounds the wait for serve to load its policies and listen: a hang, not a
 // slow machine, is what it catches.
 const serveReadyCeiling = 15 * time.Minute
+
+// probesRE finds the probe port's URL in serve's "serving" log line (text or JSON).
+var probesRE = regexp.MustCompile(`probes"?[=:]"?(http://127\.0\.0\.1:\d+)`)
 
 func postReview(t *testing.T, url string, review []byte) (int, string) {
 	t.Helper()

@@ -92,6 +92,9 @@ func (vf *verification) load() (changed bool, err error) {
 	if vf.v.Load() != nil && bytes.Equal(cb, vf.cfgBytes) && bytes.Equal(tb, vf.trustBytes) {
 		return false, nil
 	}
+	if len(bytes.TrimSpace(cb)) == 0 {
+		return false, fmt.Errorf("--verification-path: %s is empty", vf.path)
+	}
 	cfg, err := verify.ParseConfig(vf.path, cb)
 	if err != nil {
 		return false, fmt.Errorf("--verification-path: %w", err)
@@ -128,9 +131,14 @@ func (vf *verification) Fetch(ctx context.Context, uri string) ([]byte, string, 
 // watch reloads the policies when the config or trust root files change,
 // until ctx ends. A change that does not load is logged, and the current
 // Verifier stays.
-func (vf *verification) watch(ctx context.Context, reload func(ctx context.Context, trigger string, force bool) error) {
+// A rejected change (an empty or half-written file included) is reported as
+// the server reports a rejected policies.yml (srv.RejectConfig: /policies'
+// lastReload, a metric) and read again at the next poll.
+func (vf *verification) watch(ctx context.Context, srv *server.Server) {
+	const trigger = "verification config"
 	t := time.NewTicker(verificationPoll)
 	defer t.Stop()
+	rejected := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -139,13 +147,19 @@ func (vf *verification) watch(ctx context.Context, reload func(ctx context.Conte
 		}
 		changed, err := vf.load()
 		if err != nil {
-			vf.log.Error("verification config change rejected; the previous one stays", "error", err)
+			if !rejected {
+				srv.RejectConfig(trigger, nil, fmt.Errorf("the verification config change is rejected, the previous one stays: %w", err))
+			}
+			rejected = true
 			continue
 		}
 		if changed {
 			vf.log.Info("verification config changed: verifying every module again", "config", vf.path)
-			_ = reload(ctx, "verification config", true) // the server logs the outcome
+			go srv.Reload(ctx, trigger, true) // the server logs the outcome
+		} else if rejected {
+			go srv.Reload(ctx, trigger, false) // back to the serving one: clears the rejection
 		}
+		rejected = false
 	}
 }
 

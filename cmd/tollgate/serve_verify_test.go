@@ -90,10 +90,14 @@ func TestServeVerification(t *testing.T) {
 			var ps status.Policies
 			if json.Unmarshal([]byte(body), &ps) == nil && ps.Generation >= uint64(gen) {
 				out := map[string]status.Policy{}
+				settled := true // a configuration is adopted at once, its policies serve as they load
 				for _, p := range ps.Policies {
 					out[p.ID] = p
+					settled = settled && !p.Loading && p.State != status.StateLoading
 				}
-				return out
+				if settled {
+					return out
+				}
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("/policies never reached generation %d: %s\n%s", gen, body, stderr.String())

@@ -112,12 +112,34 @@ func TestParsePoliciesWarnings(t *testing.T) {
 	}
 }
 
+// TestParsePoliciesEmpty: an empty policies.yml (what a watcher reads between an editor's
+// truncation and its write) is an error naming the file; `{}` is the file of no policies.
+// Before, an empty file parsed as no policies, and a reload adopted it.
 func TestParsePoliciesEmpty(t *testing.T) {
-	for _, in := range []string{"", "# nothing\n", "~"} {
+	for _, in := range []string{"", "\n \n", "# nothing\n", "~", "null\n", "---\n"} {
+		pols, _, err := ParsePolicies("p.yml", []byte(in))
+		if !errors.Is(err, ErrEmpty) || !strings.Contains(err.Error(), "p.yml: ") || !strings.Contains(err.Error(), "{}") || pols != nil {
+			t.Errorf("%q: %v %v, want ErrEmpty", in, pols, err)
+		}
+	}
+	for _, in := range []string{"{}", "{}\n# none yet\n"} {
 		pols, _, err := ParsePolicies("p.yml", []byte(in))
 		if err != nil || len(pols) != 0 {
-			t.Errorf("%q: %v %v", in, pols, err)
+			t.Errorf("%q: %v %v, want no policies", in, pols, err)
 		}
+	}
+}
+
+// TestParseSourcesEmpty: an empty sources.yml is an error naming the file, not "no sources"
+// (which dropped every CA and insecure source of a file caught half-written); `{}` is none.
+func TestParseSourcesEmpty(t *testing.T) {
+	for _, in := range []string{"", "# none\n", "~\n"} {
+		if _, err := ParseSources("s.yml", []byte(in)); !errors.Is(err, ErrEmptySources) || !strings.Contains(err.Error(), "s.yml: ") {
+			t.Errorf("%q: %v, want ErrEmptySources", in, err)
+		}
+	}
+	if src, err := ParseSources("s.yml", []byte("{}")); err != nil || len(src.InsecureSources) != 0 {
+		t.Errorf("{}: %+v %v", src, err)
 	}
 }
 

@@ -37,11 +37,15 @@ type Options struct {
 	ClientCAFile       string
 	InsecureHTTP       bool
 
-	Workers          int
-	QueueSize        int
-	PolicyTimeout    time.Duration
-	MemoryLimitBytes int64
-	MaxRequestBytes  int64
+	Workers       int
+	QueueSize     int
+	PolicyTimeout time.Duration
+	// PolicyLoadTimeout bounds each policy's load (compile, instantiate,
+	// start functions, validate_settings) and its module's fetch; a policy
+	// past it is failed with the reason, the others are not held back.
+	PolicyLoadTimeout time.Duration
+	MemoryLimitBytes  int64
+	MaxRequestBytes   int64
 	// InstanceRecycleGrowth: an instance whose linear memory one evaluation
 	// grew by more than this is replaced after it (0: never).
 	InstanceRecycleGrowth int64
@@ -101,6 +105,7 @@ func Defaults() Options {
 		Workers:               runtime.NumCPU(),
 		QueueSize:             0, // 0: 64 per worker, see EffectiveQueueSize
 		PolicyTimeout:         2 * time.Second,
+		PolicyLoadTimeout:     15 * time.Minute,
 		MemoryLimitBytes:      256 << 20,
 		InstanceRecycleGrowth: 8 << 20,
 		PolicyCooldownAfter:   3,
@@ -157,6 +162,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "evaluations running at once (and Wasm instances per policy)")
 	fs.IntVar(&o.QueueSize, "queue-size", o.QueueSize, "requests that may wait for a worker before the server answers 503 (0: 64 per worker)")
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "evaluation deadline per request, host calls included (a policy's timeoutEvalSeconds overrides it)")
+	fs.DurationVar(&o.PolicyLoadTimeout, "policy-load-timeout", o.PolicyLoadTimeout, "deadline of each policy's load (fetch, compile, instantiate, validate_settings): past it the policy is failed with the reason; the others serve meanwhile (keep it above --compile-timeout)")
 	fs.Int64Var(&o.MemoryLimitBytes, "policy-memory-limit", o.MemoryLimitBytes, "linear memory limit per policy instance, in bytes")
 	fs.Int64Var(&o.InstanceRecycleGrowth, "instance-recycle-growth", o.InstanceRecycleGrowth, "an instance whose linear memory one evaluation grew by more than this many bytes is replaced after it, giving the memory back (0: never)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted; larger ones get 413")
@@ -285,6 +291,9 @@ func (o *Options) Validate() error {
 	}
 	if o.PolicyTimeout <= 0 || o.PolicyTimeout > time.Hour {
 		bad("policy-timeout", o.PolicyTimeout, "must be > 0 and <= 1h")
+	}
+	if o.PolicyLoadTimeout <= 0 || o.PolicyLoadTimeout > time.Hour {
+		bad("policy-load-timeout", o.PolicyLoadTimeout, "must be > 0 and <= 1h")
 	}
 	if o.MemoryLimitBytes < 1<<20 {
 		bad("policy-memory-limit", o.MemoryLimitBytes, "must be at least 1 MiB")

@@ -143,9 +143,15 @@ var (
 	memberNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
+// ErrEmpty marks a policies.yml with no content (nothing, only comments, or
+// null): rather a file caught half-written (an editor that truncates it
+// before writing) than a wish to serve nothing, which `{}` says.
+var ErrEmpty = errors.New("empty policies file: no map of policies (write {} to serve no policies)")
+
 // ParsePolicies parses and validates a Kubewarden policies.yml. file is used
 // in error messages only. Policies are returned sorted by id. All problems
-// are reported together.
+// are reported together. An empty file is an error (ErrEmpty); `{}` is the
+// file of no policies.
 func ParsePolicies(file string, data []byte) (pols []Policy, warnings []Warning, err error) {
 	defer func() {
 		if r := recover(); r != nil { // the YAML decoder must never take the server down
@@ -157,7 +163,7 @@ func ParsePolicies(file string, data []byte) (pols []Policy, warnings []Warning,
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil, nil // empty file: no policies
+			return nil, nil, fmt.Errorf("%s: %w", file, ErrEmpty)
 		}
 		return nil, nil, fmt.Errorf("%s: %w: %v", file, ErrSyntax, err)
 	}
@@ -166,8 +172,8 @@ func ParsePolicies(file string, data []byte) (pols []Policy, warnings []Warning,
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil, nil, nil
+	if (root.Kind == yaml.DocumentNode && len(root.Content) == 0) || (root.Kind == yaml.ScalarNode && root.Tag == "!!null") {
+		return nil, nil, fmt.Errorf("%s: %w", file, ErrEmpty)
 	}
 	if root.Kind != yaml.MappingNode {
 		p.fail(root, "", "", "", show(root), "the top level must be a map from policy id to policy")

@@ -29,7 +29,13 @@ type Certificate struct {
 	Data []byte
 }
 
-// ParseSources parses a sources.yml. Both Kubewarden forms of a
+// ErrEmptySources marks a sources.yml with no content (as ErrEmpty for
+// policies.yml): a file caught half-written, which would drop every insecure
+// source and CA silently; `{}` says "none".
+var ErrEmptySources = errors.New("empty sources file (write {} for no insecure sources or authorities)")
+
+// ParseSources parses a sources.yml. An empty file is an error
+// (ErrEmptySources). Both Kubewarden forms of a
 // certificate are accepted: `{type: Path, path: ...}` / `{type: Data, data: ...}`
 // and a plain string (PEM data when it starts with -----BEGIN, else a path).
 func ParseSources(file string, data []byte) (src Sources, err error) {
@@ -41,7 +47,7 @@ func ParseSources(file string, data []byte) (src Sources, err error) {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return Sources{}, nil
+			return Sources{}, fmt.Errorf("%s: %w", file, ErrEmptySources)
 		}
 		return Sources{}, fmt.Errorf("%s: %w: %v", file, ErrSyntax, err)
 	}
@@ -50,8 +56,8 @@ func ParseSources(file string, data []byte) (src Sources, err error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = deref(root.Content[0])
 	}
-	if root == nil || (root.Kind == yaml.ScalarNode && root.Tag == "!!null") {
-		return Sources{}, nil
+	if root == nil || (root.Kind == yaml.DocumentNode && len(root.Content) == 0) || (root.Kind == yaml.ScalarNode && root.Tag == "!!null") {
+		return Sources{}, fmt.Errorf("%s: %w", file, ErrEmptySources)
 	}
 	if root.Kind != yaml.MappingNode {
 		p.fail(root, "", "", "", show(root), "the top level must be a map with insecure_sources and source_authorities")

@@ -125,7 +125,7 @@ func (s *Server) watchAPI(ctx context.Context) {
 			case <-s.stop:
 				return
 			case <-s.api.kick:
-				_ = s.Reload(ctx, TriggerAPI, false)
+				_ = s.reloadAsync(ctx, TriggerAPI, false)
 			}
 		}
 	}()

@@ -104,6 +104,11 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	if !ok {
 		return httpError(w, http.StatusNotFound, "no policy %q in the serving configuration", id)
 	}
+	if e.placeholder() {
+		w.Header().Set("Retry-After", "5")
+		return s.write(w, kind, http.StatusServiceUnavailable,
+			admission.Errored(in.uid, http.StatusServiceUnavailable, fmt.Errorf("policy %s is still loading", id)))
+	}
 	if e.err != nil {
 		log.Warn("request for a policy that failed to load", "error", briefError(e.err.Error()))
 		return s.write(w, kind, http.StatusInternalServerError,
@@ -389,7 +394,7 @@ func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind
 func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 	var out status.Policies
 	if s.cur.Load() == nil {
-		out = s.loading.policies() // the first set is loading: nothing serves yet
+		out = s.loading.Load().policies() // the first set is loading: nothing serves yet
 	} else {
 		set := s.acquire()
 		defer set.release()
@@ -426,8 +431,15 @@ func policyStatus(p *config.Policy, state string) status.Policy {
 
 // status is the entry's /policies form.
 func (e *entry) status() status.Policy {
+	if e.placeholder() {
+		return loadingStatus(&e.cfg)
+	}
 	p := policyStatus(&e.cfg, e.state())
+	p.Loading = e.loading
 	switch {
+	case e.loading && e.err == nil && e.stale == nil:
+		// the previous version serves while the new one loads
+		p.Stale, p.Error = true, "its version in the serving configuration is still loading"
 	case e.err != nil:
 		p.Error = briefError(e.err.Error())
 	case e.stale != nil:

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // errOverloaded: no worker became free in time, or the queue is full.
@@ -457,10 +456,16 @@ func (s *Server) newLimiter() *limiter {
 	return l
 }
 
-// limitConnections caps the webhook's open connections at --max-connections:
-// more wait in the listen backlog until one closes.
-func (s *Server) limitConnections() {
-	if s.opts.MaxConnections > 0 {
-		s.hookLn = netutil.LimitListener(s.hookLn, s.opts.MaxConnections)
+// limitConnections caps the webhook's open connections at --max-connections
+// (connLimiter): a new client takes the slot of the connection idle the
+// longest; with none idle it waits until one closes or goes idle.
+// It wraps the listener that gives the served connections (TLS included),
+// since ConnState reports those.
+func (s *Server) limitConnections(ln net.Listener) net.Listener {
+	if s.opts.MaxConnections <= 0 {
+		return ln
 	}
+	l := newConnLimiter(ln, s.opts.MaxConnections, s.m.idleConnsClosed.Inc)
+	s.hook.ConnState = l.connState
+	return l
 }

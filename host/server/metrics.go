@@ -24,6 +24,8 @@ type metrics struct {
 	generation      prometheus.Gauge
 	loadDuration    prometheus.Histogram
 	policiesLoading prometheus.Gauge
+	configRejected  prometheus.Gauge
+	idleConnsClosed prometheus.Counter
 	certReloads     *prometheus.CounterVec
 	certNotAfter    prometheus.Gauge
 	unitsLoaded     *prometheus.CounterVec
@@ -118,6 +120,16 @@ func newMetrics() *metrics {
 		Help: "Policies (and groups) of the start-up configuration whose load has not ended: the count /readiness reports while it answers 503; 0 once each one loaded or failed.",
 	})
 	f(m.policiesLoading)
+	m.configRejected = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_config_last_reload_rejected",
+		Help: "1 while the newest read of the configuration was rejected (empty, unparseable, invalid) and the previous configuration keeps serving; 0 once one is adopted or unchanged.",
+	})
+	f(m.configRejected)
+	m.idleConnsClosed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_server_idle_connections_closed_total",
+		Help: "Idle keep-alive webhook connections closed to make room for a new client at --max-connections.",
+	})
+	f(m.idleConnsClosed)
 	m.unitsLoaded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_config_policy_loads_total",
 		Help: "Policies (and group members) loaded by outcome: loaded, reused (unchanged across a reload), failed.",

@@ -108,7 +108,7 @@ grp:
 	for _, p := range pl.Policies {
 		states[p.ID] = p.State
 	}
-	if pl.Generation != 0 || pl.ConfigDigest != status.Digest([]byte(file)) || len(pl.Policies) != 4 ||
+	if pl.Generation != 1 || pl.ConfigDigest != status.Digest([]byte(file)) || len(pl.Policies) != 4 ||
 		states["fast"] != status.StateReady || states["broken"] != status.StateFailed ||
 		states["slow"] != status.StateLoading || states["grp"] != status.StateLoading {
 		b, _ := json.Marshal(pl)
@@ -118,7 +118,7 @@ grp:
 		t.Errorf("Serves(slow) while loading: %v", err)
 	}
 	code, metrics := h.get("/metrics")
-	for _, want := range []string{"tollgate_config_policies_loading 2\n", "tollgate_config_generation 0\n"} {
+	for _, want := range []string{"tollgate_config_policies_loading 2\n", "tollgate_config_generation 1\n"} {
 		if code != 200 || !strings.Contains(metrics, want) {
 			t.Errorf("/metrics while loading (HTTP %d) lacks %q", code, want)
 		}

@@ -11,7 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"slices"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -91,9 +91,21 @@ type Server struct {
 	bodies  *bodyBudget
 	ready   atomic.Bool
 	closing atomic.Bool
-	// loading is the start-up load's progress, shown until the first set serves.
-	loading     *loadProgress
+	// loading is the start-up load's progress, shown until a configuration
+	// finished loading (settledOnce).
+	loading     atomic.Pointer[loadProgress]
 	loadStarted atomic.Bool
+	first       *building
+	// settledOnce: some configuration finished loading (each of its
+	// policies loaded or failed); /readiness waits for it.
+	settledOnce atomic.Bool
+	// base ends at Shutdown: loads and builds stop.
+	base       context.Context
+	baseCancel context.CancelFunc
+	runner     *loadRunner
+	// pubMu orders the builds' publications; latest is the newest build.
+	pubMu  sync.Mutex
+	latest *building
 	// fault, once set, is why the server is broken (a --strict load that
 	// failed, the webhook's serving loop that died): /livez answers 503.
 	fault atomic.Pointer[error]
@@ -157,20 +169,40 @@ func Open(o Options) (*Server, error) {
 	if o.API != nil {
 		s.api = newAPIState(s.m.reg)
 	}
-	s.loading = newLoadProgress(o.Config, s.m.policiesLoading)
+	s.loading.Store(newLoadProgress(o.Config, s.m.policiesLoading))
+	s.base, s.baseCancel = context.WithCancel(context.Background())
+	lt := s.opts.PolicyLoadTimeout
+	if lt <= 0 {
+		lt = config.Defaults().PolicyLoadTimeout
+	}
+	s.runner = &loadRunner{l: o.Loader, timeout: lt, base: s.base, slots: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
+		jobs: map[string]*loadJob{},
+		onLate: func(key string, took time.Duration) {
+			s.log.Warn("a load that ran past its deadline returned; what it made is closed", "took", took.Round(time.Millisecond))
+		}}
 	if o.Certs != nil {
 		o.Certs.SetHook(s.certReloadHook())
 	}
 	return s, nil
 }
 
-// Load loads the initial policy set (all policies in parallel); call it once,
-// between Open and Start. While it runs, the probe port (ServeProbes) answers
-// /livez 200, /readiness 503 with how many policies are still loading, and
-// /policies with each policy's state. Policies that fail to load are served
-// as 500 errors unless Config.Options.Strict, where Load fails, and /livez
-// answers 503 from then on.
+// Load loads the initial policy set (all policies in parallel): Begin, then
+// WaitLoaded. Call it once, between Open and Start.
 func (s *Server) Load(ctx context.Context) error {
+	if err := s.Begin(ctx); err != nil {
+		return err
+	}
+	return s.WaitLoaded(ctx)
+}
+
+// Begin starts loading the initial policy set and returns at once: from then
+// on the set serves (Start may open the webhook port), each policy as soon as
+// its own load ended, and a policy still loading answers 503. Each load has a
+// deadline (config.Options.PolicyLoadTimeout) after which its policy is
+// failed. While the first configuration loads, the probe port (ServeProbes)
+// answers /livez 200, /readiness 503 with how many policies are still
+// loading, and /policies with each policy's state.
+func (s *Server) Begin(ctx context.Context) error {
 	if !s.loadStarted.CompareAndSwap(false, true) {
 		return errors.New("server: Load called twice")
 	}
@@ -180,33 +212,40 @@ func (s *Server) Load(ctx context.Context) error {
 	}
 	s.warnContextAware(cfg)
 	s.log.Info("loading policies", "policies", len(cfg.Policies))
-	start := time.Now()
-	set, st := build(ctx, s.o.Loader, cfg, s.gen.Add(1), nil, s.loading.settled)
-	set.setSource(cfg.Source)
-	s.m.loadDuration.Observe(time.Since(start).Seconds())
-	s.countLoads(st)
-	for _, id := range set.failed() {
-		logLoadError(s.log, "policy failed to load; its endpoint answers 500 until a reload fixes it", id, set.entries[id].err)
-	}
-	if failed := set.failed(); len(failed) > 0 && s.opts.Strict {
-		closeUnshared(ctx, set, nil)
-		errs := []error{}
-		for _, id := range failed {
-			errs = append(errs, fmt.Errorf("policy %s: %w", id, set.entries[id].err))
-		}
-		err := fmt.Errorf("%w (--strict): %w", ErrStrict, errors.Join(errs...))
-		s.setFault(err)
-		return err
-	}
-	s.log.Info("policies loaded", "policies", len(set.entries), "failed", len(set.failed()), "duration", time.Since(start).Round(time.Millisecond))
 	s.reloadMu.Lock() // Shutdown closes what serves once it holds it
 	defer s.reloadMu.Unlock()
 	if s.closing.Load() {
-		closeUnshared(ctx, set, nil)
-		return errors.New("server: shut down while loading")
+		return errors.New("server: shut down before loading")
 	}
-	s.swap(set, "start")
-	s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: "start", Digest: set.digest})
+	s.first = s.startBuild(context.WithoutCancel(ctx), cfg, cfg.Source, "start")
+	return nil
+}
+
+// WaitLoaded waits until every policy of the initial set loaded or failed (or
+// a reload superseded it, or ctx ended). Policies that failed to load are
+// served as 500 errors unless Config.Options.Strict, where WaitLoaded fails,
+// and /livez answers 503 from then on.
+func (s *Server) WaitLoaded(ctx context.Context) error {
+	if s.first == nil {
+		return errors.New("server: WaitLoaded before Begin")
+	}
+	err := s.await(ctx, s.first)
+	if errors.Is(err, ErrSuperseded) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, ErrPolicyLoad) {
+		return err
+	}
+	if err != nil && s.opts.Strict {
+		err := fmt.Errorf("%w (--strict): %w", ErrStrict, s.first.loadErrs)
+		s.setFault(err)
+		s.reloadMu.Lock()
+		if set := s.cur.Swap(nil); set != nil && s.hook == nil {
+			closeUnshared(context.Background(), set, nil)
+		}
+		s.reloadMu.Unlock()
+		return err
+	}
 	return nil
 }
 
@@ -310,7 +349,13 @@ func (s *Server) dropRemoved(old *policySet) {
 	s.swapMu.Lock()
 	defer s.swapMu.Unlock()
 	cur := s.cur.Load()
-	serving := func(id string) bool { _, ok := cur.entries[id]; return ok }
+	serving := func(id string) bool {
+		if cur == nil {
+			return false
+		}
+		_, ok := cur.entries[id]
+		return ok
+	}
 	s.lim.prune(serving)
 	for id := range old.entries {
 		if !serving(id) {
@@ -322,13 +367,16 @@ func (s *Server) dropRemoved(old *policySet) {
 // sameEvaluators reports whether b serves a's loaded policy (or members),
 // as a reload that changed nothing about it does.
 func sameEvaluators(a, b *entry) bool {
-	if (a.unit == nil) != (b.unit == nil) {
+	if (a.unit == nil) != (b.unit == nil) || (a.members == nil) != (b.members == nil) {
 		return false
 	}
 	if a.unit != nil {
 		return a.unit.eval == b.unit.eval
 	}
-	if len(a.members) != len(b.members) || a.cfg.Group.Expression != b.cfg.Group.Expression {
+	if a.members == nil {
+		return true // placeholders
+	}
+	if len(a.members) != len(b.members) || a.cfg.Group == nil || b.cfg.Group == nil || a.cfg.Group.Expression != b.cfg.Group.Expression {
 		return false
 	}
 	for n, u := range a.members {
@@ -357,48 +405,84 @@ func (s *Server) acquire() *policySet {
 //
 // A file that cannot be read, parsed or validated is rejected as a whole:
 // the current set keeps serving and the error wraps ErrReload. Otherwise the
-// file is adopted, with per-policy atomicity, so that a reload never makes
-// anything worse: a policy (or group, as one unit) whose new version fails
-// to load keeps serving its previous version if it had one that was loaded
-// (it is stale), and is failed (its endpoint answers 500) if it is new or was
-// failed already. An adopted file with such policies returns an error
-// wrapping ErrPolicyLoad that names them.
+// file is adopted at once, with per-policy atomicity, so that a reload never
+// makes anything worse: each policy (or group, as one unit) switches to its
+// new version once that loaded, while its previous version (or last outcome)
+// serves meanwhile; a new policy answers 503 until it loaded. A policy whose
+// new version fails to load keeps serving its previous version if it had one
+// that was loaded (it is stale), and is failed (its endpoint answers 500) if
+// it is new or was failed already. Reload returns once every policy settled,
+// with an error wrapping ErrPolicyLoad that names those that did not load; or
+// ErrSuperseded when a newer reload took over first (it does not wait for a
+// stuck load: the newer one is adopted at once).
 func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
-	if s.o.Reread == nil && s.o.API == nil {
-		return fmt.Errorf("%w: reloading is not configured", ErrReload)
+	b, err := s.startReload(ctx, trigger, force)
+	if err != nil || b == nil {
+		return err
 	}
+	return s.await(ctx, b)
+}
+
+// RejectConfig reports that a configuration file the server depends on, read
+// again by its caller (the signature verification config), was rejected:
+// GET /policies' lastReload (OK false, with err and src's digest), the log,
+// tollgate_config_reloads_total{outcome="failure"} and
+// tollgate_config_last_reload_rejected. What serves is unchanged; the next
+// adopted or unchanged reload clears it.
+func (s *Server) RejectConfig(trigger string, src []byte, err error) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	if s.closing.Load() {
-		return fmt.Errorf("%w: the server is shutting down", ErrReload)
-	}
-	if s.cur.Load() == nil {
-		return fmt.Errorf("%w: the first configuration is still loading", ErrReload)
-	}
-	cfg, src, err := s.reread()
+	s.reject(trigger, src, err)
+}
+
+func (s *Server) reject(trigger string, src []byte, err error) {
 	digest := ""
 	if src != nil {
 		digest = status.Digest(src)
 	}
-	fail := func(err error) error {
-		s.m.reloads.WithLabelValues("failure").Inc()
-		s.setStatus(status.Reload{Time: time.Now(), OK: false, Error: err.Error(), Trigger: trigger, Digest: digest})
-		s.log.Error("reload rejected; the previous configuration keeps serving", "trigger", trigger, "digest", digest, "error", err)
-		return fmt.Errorf("%w: %w", ErrReload, err)
+	s.m.reloads.WithLabelValues("failure").Inc()
+	s.m.configRejected.Set(1)
+	s.setStatus(status.Reload{Time: time.Now(), OK: false, Error: err.Error(), Trigger: trigger, Digest: digest})
+	s.log.Error("configuration rejected; the previous one keeps serving", "trigger", trigger, "digest", digest, "error", err)
+}
+
+// reloadAsync is Reload without waiting for the policies to load (watchers).
+func (s *Server) reloadAsync(ctx context.Context, trigger string, force bool) error {
+	_, err := s.startReload(ctx, trigger, force)
+	return err
+}
+
+// startReload rereads the configuration and starts its build; nil when it
+// is unchanged.
+func (s *Server) startReload(ctx context.Context, trigger string, force bool) (*building, error) {
+	if s.o.Reread == nil && s.o.API == nil {
+		return nil, fmt.Errorf("%w: reloading is not configured", ErrReload)
 	}
-	if err != nil {
-		return fail(err)
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if s.closing.Load() {
+		return nil, fmt.Errorf("%w: the server is shutting down", ErrReload)
 	}
 	cur := s.cur.Load()
-	// unchanged: the file is the one that serves (which a previous rejected
-	// attempt may have hidden in lastReload)
-	unchanged := func() error {
+	if cur == nil {
+		return nil, fmt.Errorf("%w: the first configuration is still loading", ErrReload)
+	}
+	cfg, src, err := s.reread()
+	if err != nil {
+		s.reject(trigger, src, err)
+		return nil, fmt.Errorf("%w: %w", ErrReload, err)
+	}
+	digest := ""
+	if src != nil {
+		digest = status.Digest(src)
+	}
+	s.m.configRejected.Set(0)
+	if !force && src != nil && cur.source != nil && bytes.Equal(src, cur.source) {
+		// unchanged: the file is the one that serves (which a previous rejected
+		// attempt may have hidden in lastReload)
 		s.m.reloads.WithLabelValues("unchanged").Inc()
 		s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: trigger, Digest: digest})
-		return nil
-	}
-	if !force && src != nil && cur.source != nil && bytes.Equal(src, cur.source) {
-		return unchanged()
+		return nil, nil
 	}
 	for _, w := range cfg.Warnings {
 		s.log.Warn("configuration warning", "warning", w)
@@ -407,50 +491,7 @@ func (s *Server) Reload(ctx context.Context, trigger string, force bool) error {
 	// Server options (ports, TLS, workers) are fixed at start; a reload
 	// changes policies only.
 	cfg.Options = s.opts
-	start := time.Now()
-	set, st := build(ctx, s.o.Loader, cfg, s.gen.Load()+1, cur, nil)
-	set.source, set.digest = src, digest // as setSource, without hashing src again
-	set.keepLoaded(cur)
-	failed, stale := set.failed(), set.staleIDs()
-	s.m.loadDuration.Observe(time.Since(start).Seconds())
-	s.countLoads(st)
-	if ctx.Err() != nil {
-		closeUnshared(ctx, set, cur)
-		return fail(ctx.Err())
-	}
-	// A forced reload (SIGHUP, retry) of the same file that loaded nothing
-	// new and leaves the same policies failed and stale changes nothing:
-	// keep the serving set.
-	if st.loaded == 0 && src != nil && bytes.Equal(src, cur.source) &&
-		slices.Equal(failed, cur.failed()) && slices.Equal(stale, cur.staleIDs()) {
-		return unchanged()
-	}
-	set.gen = s.gen.Add(1)
-	s.swap(set, trigger)
-	s.setStatus(status.Reload{Time: time.Now(), OK: true, Trigger: trigger, Digest: digest})
-	var errs []error
-	for _, id := range failed {
-		err := set.entries[id].err
-		logLoadError(s.log, "policy failed to load; its endpoint answers 500 until a reload fixes it", id, err)
-		errs = append(errs, fmt.Errorf("policy %s: %w", id, err))
-	}
-	for _, id := range stale {
-		err := set.entries[id].stale
-		logLoadError(s.log, "the new version of a policy failed to load; its previous version keeps serving", id, err)
-		errs = append(errs, fmt.Errorf("policy %s (previous version serving): %w", id, err))
-	}
-	outcome := "success"
-	if len(errs) > 0 {
-		outcome = "partial"
-	}
-	s.m.reloads.WithLabelValues(outcome).Inc()
-	s.log.Info("configuration reloaded", "trigger", trigger, "generation", set.gen, "digest", digest, "policies", len(set.entries),
-		"loaded", st.loaded, "reused", st.reused, "failed", len(failed), "stale", len(stale),
-		"duration", time.Since(start).Round(time.Millisecond))
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrPolicyLoad, errors.Join(errs...))
-	}
-	return nil
+	return s.startBuild(ctx, cfg, src, trigger), nil
 }
 
 // ServeProbes listens on the probe port and serves /livez, /readiness,
@@ -513,11 +554,11 @@ func (s *Server) Start(ctx context.Context) error {
 		ErrorLog:          s.errorLog(),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	s.limitConnections()
 	hookLn := s.hookLn
 	if !s.opts.InsecureHTTP {
 		hookLn = tls.NewListener(s.hookLn, s.o.TLS)
 	}
+	hookLn = s.limitConnections(hookLn)
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -535,7 +576,7 @@ func (s *Server) Start(ctx context.Context) error {
 		s.bg.Add(1)
 		go func() {
 			defer s.bg.Done()
-			_ = s.Reload(ctx, "file", false)
+			_ = s.reloadAsync(ctx, "file", false)
 		}()
 	}
 	if s.o.API != nil {
@@ -581,6 +622,7 @@ func (s *Server) watch(ctx context.Context) {
 		defer s.bg.Done()
 		defer w.Close()
 		var debounce <-chan time.Time
+		retry := time.Duration(0) // the wait before reading a rejected file again
 		for {
 			select {
 			case <-ctx.Done():
@@ -602,7 +644,15 @@ func (s *Server) watch(ctx context.Context) {
 				s.log.Warn("configuration watch error", "error", err)
 			case <-debounce:
 				debounce = nil
-				_ = s.Reload(ctx, "file", false)
+				if err := s.reloadAsync(ctx, "file", false); err != nil && errors.Is(err, ErrReload) && !s.closing.Load() {
+					// A rejected file (empty or half-written by an editor that truncates
+					// first) is read again: the write that completes it may raise no
+					// event we see.
+					retry = min(max(2*retry, time.Second), 30*time.Second)
+					debounce = time.After(retry)
+				} else {
+					retry = 0
+				}
 			}
 		}
 	}()
@@ -632,7 +682,7 @@ func (s *Server) retryFailed(ctx context.Context) {
 				return
 			case <-t.C:
 			}
-			if !s.cur.Load().pending() {
+			if cur := s.cur.Load(); cur == nil || !cur.pending() || s.buildInProgress() {
 				wait = first
 				continue
 			}
@@ -666,6 +716,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.ready.Store(false)
 	close(s.stop)
+	// Loads stop: builds stop waiting and publishing, a load still running is
+	// abandoned (its result is closed when it returns), none starts.
+	s.baseCancel()
+	s.pubMu.Lock()
+	s.pubMu.Unlock() //nolint:staticcheck // a barrier: no publication runs past here
 	var errs []error
 	if s.hook != nil {
 		if err := s.hook.Shutdown(ctx); err != nil {
@@ -698,7 +753,7 @@ func (s *Server) probeHandler() http.Handler {
 	// /readiness: serving every policy of the configuration (each loaded or
 	// failed) on the webhook port.
 	mux.HandleFunc("GET /readiness", func(w http.ResponseWriter, r *http.Request) {
-		if !s.ready.Load() {
+		if !s.ready.Load() || !s.settledOnce.Load() {
 			http.Error(w, s.unready(), http.StatusServiceUnavailable)
 			return
 		}
@@ -728,8 +783,8 @@ func (s *Server) unready() string {
 		return "broken: " + (*fault).Error()
 	case s.closing.Load() || s.draining.Load():
 		return "shutting down"
-	case s.cur.Load() == nil:
-		return s.loading.String()
+	case s.cur.Load() == nil || !s.settledOnce.Load():
+		return s.loading.Load().String()
 	}
 	return "starting: the webhook port is not serving yet"
 }

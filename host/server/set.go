@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -20,7 +19,6 @@ import (
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/server/status"
 	"github.com/tollgate-dev/tollgate/host/wasm"
-	"github.com/tollgate-dev/tollgate/internal/redact"
 )
 
 // Evaluator is a loaded policy as the server sees it. *policy.Policy
@@ -162,11 +160,26 @@ type entry struct {
 	// when the entry serves the previous set's loaded version instead (cfg,
 	// unit and members are that version's).
 	stale error
+	// staleCfg is the configuration whose load failed with stale.
+	staleCfg config.Policy
 
-	// pending counts the units still loading while build runs; the entry
+	// loading is set while the version of this policy in the serving
+	// configuration is still loading: the entry serves, meanwhile, the
+	// previous set's entry for the id (cfg, unit, members, err and stale are
+	// that entry's), or nothing (unit and members nil: a placeholder, whose
+	// endpoint answers 503).
+	loading bool
+
+	// pending counts the units still loading while a build runs; the entry
 	// settles (err is set) when it reaches 0.
 	pending int
 }
+
+// placeholder reports whether e serves nothing because it is still loading.
+func (e *entry) placeholder() bool { return e.loading && e.unit == nil && e.members == nil }
+
+// serves reports whether e's endpoint evaluates requests: loaded, or stale.
+func (e *entry) serves() bool { return e.err == nil && (e.unit != nil || e.members != nil) }
 
 // settle sets the entry's load error once its units' loads ended: a single
 // policy's, or a group's first failed member's (by name).
@@ -184,8 +197,11 @@ func (e *entry) settle() {
 }
 
 func (e *entry) state() string {
-	if e.err != nil {
+	switch {
+	case e.err != nil:
 		return status.StateFailed
+	case e.placeholder():
+		return status.StateLoading
 	}
 	return status.StateReady
 }
@@ -263,27 +279,6 @@ func (s *policySet) ids(keep func(*entry) bool) []string {
 	return out
 }
 
-// keepLoaded makes every entry of s that failed to load, and that prev
-// serves loaded (current or stale), serve prev's version instead: the
-// entry becomes stale with its load error. A group is kept as one unit.
-// The kept units join s.units, so s shares them and closes them only when
-// it retires without a successor that uses them.
-func (s *policySet) keepLoaded(prev *policySet) {
-	for id, e := range s.entries {
-		old, ok := prev.entries[id]
-		if e.err == nil || !ok || old.err != nil || refusesPrevious(e.err) {
-			continue
-		}
-		s.entries[id] = &entry{cfg: old.cfg, unit: old.unit, members: old.members, stale: e.err}
-		if old.unit != nil {
-			s.units[old.unit.key] = old.unit
-		}
-		for _, u := range old.members {
-			s.units[u.key] = u
-		}
-	}
-}
-
 // refusesPrevious reports whether a load error says that the previous
 // version must not serve in its place either: an error in its chain with a
 // RefusesPrevious() method that returns true (host/verify's refusals: the
@@ -317,155 +312,6 @@ func grantsKey(car []config.ContextAwareResource, caps []string) string {
 		b.WriteString("\x00caps:" + strings.Join(caps, ","))
 	}
 	return b.String()
-}
-
-type buildStats struct {
-	loaded, reused, failed int
-}
-
-// build loads cfg into a new set, reusing units of old (may be nil) whose key
-// did not change. Policies load in parallel; modules are fetched once per URI.
-// settled, when not nil, is called with each entry once its load ended (loaded
-// or failed), while no other entry settles: the start-up load's progress.
-func build(ctx context.Context, l Loader, cfg *config.Config, gen uint64, old *policySet, settled func(*entry)) (*policySet, buildStats) {
-	s := newSet(gen, cfg)
-	o := &cfg.Options
-	type job struct {
-		e    *entry
-		u    *unit
-		car  []config.ContextAwareResource
-		caps []string
-	}
-	var jobs []job
-	for i := range cfg.Policies {
-		p := cfg.Policies[i]
-		e := &entry{cfg: p}
-		s.entries[p.ID] = e
-		if p.IsGroup() {
-			e.members = map[string]*unit{}
-			for _, m := range p.Group.Members {
-				u := &unit{id: p.ID + "/" + m.Name, module: m.Module, settings: m.Settings, timeout: m.Timeout}
-				e.members[m.Name] = u
-				jobs = append(jobs, job{e, u, m.ContextAwareResources, m.HostCapabilities})
-			}
-			e.pending = len(e.members)
-		} else {
-			e.unit = &unit{id: p.ID, module: p.Module, settings: p.Settings, timeout: p.Timeout}
-			jobs = append(jobs, job{e, e.unit, p.ContextAwareResources, p.HostCapabilities})
-			e.pending = 1
-		}
-		if e.pending == 0 && settled != nil {
-			settled(e) // nothing to load
-		}
-	}
-
-	// Fetch each URI once.
-	type fetched struct {
-		once   sync.Once
-		wasm   []byte
-		digest string
-		err    error
-	}
-	var fmu sync.Mutex
-	fetches := map[string]*fetched{}
-	fetch := func(uri string) *fetched {
-		fmu.Lock()
-		f, ok := fetches[uri]
-		if !ok {
-			f = &fetched{}
-			fetches[uri] = f
-		}
-		fmu.Unlock()
-		f.once.Do(func() { f.wasm, f.digest, f.err = l.Resolve(ctx, uri) })
-		return f
-	}
-	// load fetches and loads u (or reuses old's unit of the same key); it
-	// sets u's digest, key, and eval or err, and reports whether it reused.
-	load := func(u *unit, car []config.ContextAwareResource, caps []string) (reused bool) {
-		f := fetch(u.module)
-		if f.err != nil {
-			u.err = redact.Error(f.err, u.module) // shown in logs, GET /policies and answers
-			return false
-		}
-		timeout := u.timeout
-		if timeout <= 0 {
-			timeout = o.PolicyTimeout
-		}
-		u.digest = f.digest
-		u.key = unitKey(u.id, f.digest, u.settings, timeout, o, car, caps)
-		if old != nil {
-			if ou, ok := old.units[u.key]; ok && ou.eval != nil {
-				u.eval, u.loadedAt = ou.eval, ou.loadedAt
-				return true
-			}
-		}
-		spec := policy.Spec{
-			ID: u.id, Module: f.wasm, Digest: f.digest, Settings: u.settings, Timeout: timeout,
-			MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
-			ShareGroup: grantsKey(car, caps),
-		}
-		var err error
-		if hc := hostCallsOf(l); hc != nil {
-			spec.HostCalls, err = hc(u.id, car, caps)
-			spec.HostCallsInline = true // HostCallsFunc's handlers return by the deadline
-		}
-		if cf := clusterOf(l); cf != nil && len(car) > 0 {
-			spec.Cluster = cf(u.id, car)
-		}
-		var ev Evaluator
-		if err == nil {
-			ev, err = l.Load(ctx, spec)
-		}
-		if err != nil {
-			u.err = redact.Error(err, u.module)
-			return false
-		}
-		u.eval, u.loadedAt = ev, time.Now()
-		return false
-	}
-
-	var stats buildStats
-	var smu sync.Mutex
-	sem := make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(j job) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			reused := load(j.u, j.car, j.caps)
-			smu.Lock()
-			defer smu.Unlock()
-			switch {
-			case reused:
-				stats.reused++
-			case j.u.err != nil:
-				stats.failed++
-			default:
-				stats.loaded++
-			}
-			if j.e.pending--; j.e.pending == 0 {
-				j.e.settle()
-				if settled != nil {
-					settled(j.e)
-				}
-			}
-		}(j)
-	}
-	wg.Wait()
-
-	for _, e := range s.entries {
-		if e.unit != nil && e.unit.eval != nil {
-			s.units[e.unit.key] = e.unit
-		}
-		for _, u := range e.members {
-			if u.eval != nil {
-				s.units[u.key] = u
-			}
-		}
-	}
-	return s, stats
 }
 
 // closeUnshared closes the evaluators of old that next does not use. next

@@ -15,9 +15,10 @@ const (
 	// StateFailed: the policy is not loaded; its endpoint answers HTTP 500
 	// with an AdmissionReview error.
 	StateFailed = "failed"
-	// StateLoading: the server is still loading its first configuration
-	// (Generation 0) and this policy's load has not ended yet; nothing
-	// serves it (the webhook port is not open).
+	// StateLoading: this policy's load has not ended yet and no previous
+	// version serves it: its endpoint answers HTTP 503 (Generation 0: the
+	// server has not published its first set yet, the webhook port is not
+	// open). Each policy serves as soon as its own load ended.
 	StateLoading = "loading"
 )
 
@@ -29,10 +30,10 @@ const (
 
 // Policies is the body of GET /policies.
 type Policies struct {
-	// Generation of the serving policy set: 1 at start, +1 per adopted reload.
-	// 0 while the server loads its first configuration: nothing serves yet,
-	// ConfigDigest is the digest of the file being loaded, and Policies says
-	// which policies are still StateLoading.
+	// Generation of the serving policy set: 1 at start, +1 per adopted reload
+	// (the policies of a configuration serve one by one as their loads end,
+	// within its generation). 0 only in the instant before the first
+	// configuration is published.
 	Generation uint64 `json:"generation"`
 	// LoadedAt is when the serving set was built (absent while loading).
 	LoadedAt time.Time `json:"loadedAt,omitzero"`
@@ -89,8 +90,12 @@ type Policy struct {
 	// serving its endpoint; Module, Digest, Mode, AllowedToMutate, LoadedAt,
 	// Expression and Members describe that previous version. State is then
 	// StateReady.
-	Stale bool   `json:"stale,omitempty"`
-	Error string `json:"error,omitempty"`
+	Stale bool `json:"stale,omitempty"`
+	// Loading is true while the policy's version in the serving policies.yml
+	// is still loading; State and Stale say what serves meanwhile (its
+	// previous version, Stale; its last outcome; or nothing, StateLoading).
+	Loading bool   `json:"loading,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// LoadedAt is when the serving version was loaded (single policies).
 	LoadedAt *time.Time `json:"loadedAt,omitempty"`
 	// Expression and Members of a group.
@@ -147,11 +152,13 @@ func (ps *Policies) Serves(configDigest, id string) error {
 			continue
 		}
 		switch {
+		case p.Loading:
+			return fmt.Errorf("%w: policy %s: still loading", ErrNotLoaded, id)
 		case p.Current():
 			return nil
 		case p.Stale:
 			return fmt.Errorf("%w: policy %s: its new version failed to load (the previous one keeps serving): %s", ErrNotLoaded, id, p.Error)
-		case p.State == StateLoading:
+		case p.State == StateLoading || p.Loading:
 			return fmt.Errorf("%w: policy %s: still loading", ErrNotLoaded, id)
 		default:
 			return fmt.Errorf("%w: policy %s: %s", ErrNotLoaded, id, p.Error)
