@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/wasm"
+	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
@@ -77,7 +79,7 @@ func TestWarmLoadAnswersLikeColdLoad(t *testing.T) {
 				return out
 			}
 			cold := answers(policy.HostOptions{CacheDir: cacheDir})
-			if _, err := os.Stat(filepath.Join(cacheDir, "tollgate-load-v1-i1")); err != nil {
+			if _, err := os.Stat(filepath.Join(cacheDir, "tollgate-load-v1-i"+strconv.Itoa(wasmbin.InstrumentVersion))); err != nil {
 				t.Fatalf("the cold load left no load cache: %v", err)
 			}
 			var logs testfixture.SyncBuffer
