@@ -130,9 +130,10 @@ func (r *loadRunner) run(j *loadJob, spec policy.Spec) {
 			return
 		}
 	}
+	expired := errors.Is(ctx.Err(), context.DeadlineExceeded) // before cancel, which sets ctx.Err too
 	cancel()
 	<-r.slots
-	if x.err != nil && ctx.Err() != nil {
+	if x.err != nil && (expired || r.base.Err() != nil) {
 		x.err = deadline(x.err)
 	}
 	r.finish(j, x.eval, x.err, true)
