@@ -37,13 +37,16 @@ func (f *fakeAPI) source(ctx context.Context, sink APISink) {
 	}
 }
 
-// waitDigest waits until /policies shows want as configDigest.
+// waitDigest waits until /policies shows want as configDigest and none of
+// its policies is still loading (a configuration's digest shows as soon as
+// its load starts; until each policy's load ended, its previous version
+// answers).
 func waitDigest(t *testing.T, h *harness, want, what string) status.Policies {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		pl := h.policies()
-		if pl.ConfigDigest == want {
+		if pl.ConfigDigest == want && !anyLoading(pl) {
 			return pl
 		}
 		if time.Now().After(deadline) {
@@ -51,6 +54,16 @@ func waitDigest(t *testing.T, h *harness, want, what string) status.Policies {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// anyLoading reports whether a policy of pl is still loading.
+func anyLoading(pl status.Policies) bool {
+	for _, p := range pl.Policies {
+		if p.Loading || p.State == status.StateLoading {
+			return true
+		}
+	}
+	return false
 }
 
 func metricValue(t *testing.T, h *harness, name string) string {
