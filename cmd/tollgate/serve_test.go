@@ -207,14 +207,31 @@ func probeGet(probe int, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// freePort is a loopback port that was free a moment ago and that freePort
+// has not returned before in this test binary: the kernel may hand the same
+// ephemeral port to two listeners opened and closed in a row, which made a
+// test's --port and --readiness-probe-port equal.
 func freePort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	freePorts.Lock()
+	defer freePorts.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !freePorts.given[port] {
+			freePorts.given[port] = true
+			return port
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
+
+var freePorts = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 func TestServeDemoExit(t *testing.T) {
 	if len(demo.Names()) != 3 {
