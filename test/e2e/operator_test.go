@@ -1032,6 +1032,7 @@ type policySpec struct {
 	mutating                    bool
 	namespace                   string // CAP: only this namespace (namespaceSelector)
 	mode                        string
+	server                      string // the PolicyServer; "" is psName
 }
 
 func policyYAML(kind, ns, name string, s policySpec) string {
@@ -1043,7 +1044,11 @@ func policyYAML(kind, ns, name string, s policySpec) string {
 	if ns != "" {
 		m += "  namespace: " + ns + "\n"
 	}
-	m += "spec:\n  policyServer: " + psName + "\n  module: " + module + "\n  mutating: " + strconv.FormatBool(s.mutating) + "\n"
+	server := psName
+	if s.server != "" {
+		server = s.server
+	}
+	m += "spec:\n  policyServer: " + server + "\n  module: " + module + "\n  mutating: " + strconv.FormatBool(s.mutating) + "\n"
 	m += "  rules:\n    - apiGroups: [\"\"]\n      apiVersions: [\"v1\"]\n      resources: [\"" + s.resources + "\"]\n      operations: [\"CREATE\"]\n"
 	if s.settings != "" {
 		m += "  settings: " + s.settings + "\n"
