@@ -141,6 +141,23 @@ spec:
 	}
 	op.waitStatus(t, ctx, "AdmissionPolicy", "audit-b", "audit-team", "active", time.Minute)
 
+	// A tenant's forged report: before the audit ever ran, a passing Report at the name the
+	// audit's report of audit-b/bad takes (its UID), without the audit's label. The audit must
+	// write its failing result over it, not skip it.
+	forged := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": reportGVR.GroupVersion().String(), "kind": "Report",
+		"metadata": map[string]any{"name": string(uid["audit-b/bad"]), "namespace": "audit-b", "labels": map[string]any{"made-by": "tenant"}},
+		"source":   "tenant",
+		"summary":  map[string]any{"pass": int64(2)},
+		"results": []any{
+			map[string]any{"source": "tollgate", "policy": "clusterwide-audit-labels", "result": "pass", "scored": true},
+			map[string]any{"source": "tollgate", "policy": "namespaced-audit-b-audit-team", "result": "pass", "scored": true},
+		},
+	}}
+	if _, err := op.dyn.Resource(reportGVR).Namespace("audit-b").Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the tenant's forged report: %v", err)
+	}
+
 	// 1. the chart's CronJob, run now as a Job in the cluster with its ServiceAccount
 	begin := time.Now()
 	if _, _, err := env.cluster.Kubectl(ctx, "-n", controllerNS, "create", "job", "audit-now", "--from=cronjob/tollgate-audit"); err != nil {
@@ -152,6 +169,9 @@ spec:
 	}
 	logs, _, _ := env.cluster.Kubectl(ctx, "-n", controllerNS, "logs", "job/audit-now")
 	t.Logf("audit Job complete %v after its creation; its summary: %s", time.Since(begin).Round(time.Millisecond), lastLine(logs))
+	if !strings.Contains(lastLine(logs), "1 updated over a report the audit did not write") {
+		t.Errorf("the audit's summary does not count the forged report it replaced: %s", lastLine(logs))
+	}
 
 	labels, ns := "clusterwide-audit-labels", "clusterwide-audit-ns"
 	team := "namespaced-audit-b-audit-team"
