@@ -87,13 +87,15 @@ policies: tools
 test: policies
 	@$(MAKE) --no-print-directory demo-modules
 	@failed=(); \
-	step() { local name="$$1"; shift; printf '\n=== make test: %s\n' "$$name"; "$$@" || { failed+=("$$name"); printf '=== make test: FAILED %s\n' "$$name"; }; }; \
+	step() { local name="$$1" t0=$$SECONDS; shift; printf '\n=== make test: %s\n' "$$name"; \
+		if "$$@"; then printf '=== make test: passed %s in %d s\n' "$$name" $$((SECONDS-t0)); \
+		else failed+=("$$name"); printf '=== make test: FAILED %s in %d s\n' "$$name" $$((SECONDS-t0)); fi; }; \
 	step lint ./scripts/lint.sh; \
 	step "go test ./... (root module)" $(GO) test $(GOTEST_FLAGS) ./...; \
 	for m in $(filter-out test/e2e,$(SUBMODULES)); do step "go test ./... in $$m" $(test-module) $$m; done; \
 	step "make e2e" $(submake) e2e; \
 	if (( $${#failed[@]} > 0 )); then printf '\nmake test: %d step(s) failed:\n' "$${#failed[@]}"; printf '    %s\n' "$${failed[@]}"; exit 1; fi; \
-	echo; echo "make test: every step passed"
+	echo; echo "make test: every step passed; the steps took $$SECONDS s"
 
 # submake runs make on a target of this Makefile. It names $(MAKE) indirectly on purpose: make
 # runs a recipe line that names $(MAKE) even under `make -n`, and test's one line is every suite.
@@ -104,6 +106,15 @@ test-module = bash -c 'cd "$$1" && exec $(GO) test $(GOTEST_FLAGS) ./...' test-m
 
 # test-modules runs the tests of every submodule but test/e2e (make e2e), all of them even when
 # one fails.
+# test-under-load runs the root module's tests with LOAD_BURNERS (default 2) CPU-bound processes
+# beside them (scripts/under-load.sh): a test with a wall-clock ceiling or an instant sample must
+# pass on a loaded 2-core machine too (docs/benchmarks/builds.md has the recorded runs).
+LOAD_BURNERS ?= 2
+.PHONY: test-under-load
+test-under-load: policies
+	@$(MAKE) --no-print-directory demo-modules
+	./scripts/under-load.sh -n $(LOAD_BURNERS) $(GO) test -count=1 $(GOTEST_FLAGS) ./...
+
 test-modules:
 	@failed=(); for m in $(filter-out test/e2e,$(SUBMODULES)); do echo "go test ./... in $$m"; $(test-module) $$m || failed+=("$$m"); done; \
 	if (( $${#failed[@]} > 0 )); then echo "test-modules: failed in $${failed[*]}"; exit 1; fi
