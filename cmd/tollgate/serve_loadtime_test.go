@@ -28,10 +28,18 @@ var (
 )
 
 // tollgateBinary builds this command once per test run (`go build`), for the tests that
-// need the real process: signals, exit, its memory.
+// need the real process: signals, exit, its memory. TOLLGATE_TEST_BIN names another build to
+// run them against instead, e.g. an older commit's, to show that a test fails there.
 func tollgateBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
+		if bin := os.Getenv("TOLLGATE_TEST_BIN"); bin != "" {
+			binPath = bin
+			if _, err := os.Stat(bin); err != nil {
+				binErr = fmt.Errorf("TOLLGATE_TEST_BIN: %v", err)
+			}
+			return
+		}
 		dir, err := os.MkdirTemp("", "tollgate-bin-")
 		if err != nil {
 			binErr = err
