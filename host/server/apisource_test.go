@@ -162,7 +162,7 @@ func TestAPISourceReload(t *testing.T) {
 	}
 	select {
 	case <-api.stopped:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the API source did not stop with the server")
 	}
 }

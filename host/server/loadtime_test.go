@@ -191,19 +191,20 @@ func TestReloadWhileLoadStuck(t *testing.T) {
 		t.Errorf("%d loads returned, want 2", got)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// The stuck load never ends by itself (its deadline is 10 minutes): a Shutdown that waited
+	// for it would end with the context's error. The ceiling is generous for a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	err := h.srv.Shutdown(ctx)
-	if took := time.Since(t0); err != nil || took > 4*time.Second {
-		t.Errorf("Shutdown with a stuck load: %v after %v", err, took)
+	if err := h.srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with a stuck load: %v after %v", err, time.Since(t0))
 	}
 	select {
 	case err := <-reloaded:
 		if err == nil || errors.Is(err, ErrPolicyLoad) {
 			t.Errorf("the second reload ended with %v at shutdown", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Error("the reload waiting for the stuck load did not return at shutdown")
 	}
 }
