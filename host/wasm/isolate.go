@@ -164,6 +164,11 @@ func compileInChild(ctx context.Context, code []byte, dir string, closeOnDone bo
 	var stderr tailBuffer
 	cmd.Stdout = io.Discard
 	cmd.Stderr = &stderr
+	diesWithParent(cmd)
+	// The parent-death signal follows the thread that started the child:
+	// this goroutine keeps its thread (which so never exits) until Wait.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	start := time.Now()
 	err = cmd.Run()
 	if err == nil {

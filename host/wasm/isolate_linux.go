@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"os"
+	"os/exec"
 	"syscall"
 )
 
@@ -26,4 +27,16 @@ func limitSelf(memory, cpuSeconds uint64) error {
 		}
 	}
 	return nil
+}
+
+// diesWithParent makes the compile child cmd get SIGKILL when the server
+// that started it dies (kill -9, the kernel's OOM killer, a crash): without
+// it an orphaned compile runs on for up to --compile-timeout, with up to
+// --compile-memory-limit, outside any container that would reap it. The
+// kernel sends the signal when the parent *thread* ends, so the caller
+// keeps its goroutine on one thread until the child is waited for
+// (runtime.LockOSThread in compileInChild); Go's fork checks for a parent
+// already gone.
+func diesWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
