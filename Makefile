@@ -204,7 +204,7 @@ check: lint
 clean:
 	rm -rf bin
 	find examples policies test/testdata/policies -name 'policy*.wasm' 2>/dev/null | xargs -r rm -f
-	rm -f host/builtin/modules/*.wasm
+	rm -f host/builtin/modules/*.wasm host/builtin/zz_embedded.go
 
 # clean-cache removes the build cache of scripts/build-policies.sh (every clone's policy outputs;
 # the next build compiles them all again). The tools (TOOLS_DIR) stay.

@@ -2,23 +2,38 @@ package builtin
 
 import (
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"reflect"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
-	"unsafe"
 )
 
-//go:embed modules
-var modules embed.FS
+// embedded holds the modules compiled into this binary, by name. zz_embedded.go, which
+// scripts/embed-builtins.sh writes (make policies) next to the modules it copies into modules/,
+// embeds each module as a []byte variable (//go:embed) and registers it here with its digest. A
+// clone has no such file, so `go build` works before `make policies` and the binary has no
+// built-in module.
+//
+// A []byte variable of //go:embed is the binary's own data, mapped from the executable: reading a
+// module copies nothing and only the pages read become resident, where embed.FS.ReadFile would
+// copy the module (46 MB for the MutatingAdmissionPolicy) onto the heap at every load.
+var embedded = map[string]embeddedModule{}
+
+type embeddedModule struct {
+	data []byte
+	// digest is "sha256:<hex>" as embed-builtins.sh computed it, for size bytes; a digest for
+	// another size (a module copied by hand) is not used.
+	digest string
+	size   int64
+}
+
+// register adds a module compiled into the binary (called by zz_embedded.go's init).
+func register(name string, data []byte, digest string, size int64) {
+	embedded[name] = embeddedModule{data: data, digest: digest, size: size}
+}
 
 // ErrNotBuiltin: no built-in module has that name, or it was not compiled in.
 var ErrNotBuiltin = errors.New("unknown built-in module")
@@ -46,136 +61,52 @@ func Module(name string) ([]byte, error) {
 	if name == "" || strings.ContainsAny(name, "/\\.") {
 		return nil, fmt.Errorf("%w %q (built-in modules: %s)", ErrNotBuiltin, name, strings.Join(Known, ", "))
 	}
-	b, err := readEmbedded("modules/" + name + ".wasm")
-	if err == nil {
-		return b, nil
+	if m, ok := embedded[name]; ok {
+		return m.data, nil
 	}
-	for _, k := range Known {
-		if k == name {
-			return nil, fmt.Errorf("%w: built-in module %s is not in this binary; run make policies then make build", ErrNotBuiltin, name)
-		}
-	}
-	return nil, fmt.Errorf("%w %q (built-in modules: %s)", ErrNotBuiltin, name, strings.Join(Known, ", "))
+	return nil, notBuiltin(name)
 }
 
-// readEmbedded returns an embedded file's bytes: the binary's own read-only
-// data where it can reach them (embeddedView), so that a start neither copies
-// the MutatingAdmissionPolicy module (66 MB of heap, and every page of it
-// resident) nor touches the pages a warm load does not read; otherwise a
-// copy, 1 MB at a time: embed.FS.ReadFile copies in one memmove (with a page
-// fault per page on both sides), which the garbage collector cannot preempt,
-// so that a collection starting meanwhile kept the other cores spinning
-// until it ended (0.8 s of CPU at serve's start, measured).
-//
-// The bytes are read-only memory: writing to them crashes the process. No
-// reader of a module writes to it (host/wasm, host/metadata and the loaders
-// build new slices for anything they change); host/policy's
-// TestBuiltinLoadsInPlace loads both built-ins, cold and warm, from the view.
-func readEmbedded(path string) ([]byte, error) {
-	if b, ok := embeddedView(path); ok {
-		return b, nil
+// notBuiltin is Module's error for a name that is not compiled in: a known module the binary was
+// built without says how to build it in.
+func notBuiltin(name string) error {
+	if slices.Contains(Known, name) {
+		return fmt.Errorf("%w: built-in module %s is not in this binary; run make policies (or scripts/embed-builtins.sh once policies/%s/policy.wasm is built), then build again", ErrNotBuiltin, name, name)
 	}
-	f, err := modules.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, st.Size())
-	for off := 0; off < len(b); {
-		n, err := f.Read(b[off:min(off+1<<20, len(b))])
-		off += n
-		if err == nil && n == 0 {
-			err = io.ErrNoProgress
-		}
-		if err != nil && off < len(b) {
-			return nil, err
-		}
-	}
-	return b, nil
-}
-
-// embeddedView is the embedded file's data in place. embed.FS keeps each
-// file as a string in the binary's read-only data, and offers no way to it
-// but copies; reflect reads the unexported fields (FS.files *[]file, file
-// {name, data string}) without copying. When the layout is not that one (a
-// later Go), it answers false and the file is copied.
-func embeddedView(path string) ([]byte, bool) {
-	v := reflect.ValueOf(&modules).Elem()
-	if v.Kind() != reflect.Struct || v.NumField() != 1 || v.Type().Field(0).Name != "files" {
-		return nil, false
-	}
-	files := v.Field(0)
-	if files.Kind() != reflect.Pointer || files.IsNil() || files.Elem().Kind() != reflect.Slice {
-		return nil, false
-	}
-	list := files.Elem()
-	ft := list.Type().Elem()
-	if ft.Kind() != reflect.Struct || ft.NumField() < 2 || ft.Field(0).Name != "name" || ft.Field(1).Name != "data" ||
-		ft.Field(0).Type.Kind() != reflect.String || ft.Field(1).Type.Kind() != reflect.String {
-		return nil, false
-	}
-	for i := 0; i < list.Len(); i++ {
-		f := list.Index(i)
-		if f.Field(0).String() != path {
-			continue
-		}
-		data := f.Field(1).String()
-		if len(data) == 0 {
-			return nil, false
-		}
-		return unsafe.Slice(unsafe.StringData(data), len(data)), true
-	}
-	return nil, false
+	return fmt.Errorf("%w %q (built-in modules: %s)", ErrNotBuiltin, name, strings.Join(Known, ", "))
 }
 
 // Digest is the sha256 digest ("sha256:<hex>") of the built-in module name,
-// as host/wasm.Digest computes it. It is read from the modules/NAME.wasm.sha256
-// file that scripts/embed-builtins.sh writes next to the module (its digest
-// and size), so that a start does not hash the module (66 MB for the
-// MutatingAdmissionPolicy). Without that file, or when its size is not the
-// module's, the digest is computed once per process.
+// as host/wasm.Digest computes it. scripts/embed-builtins.sh writes it into
+// zz_embedded.go with the module's size, so that a start does not hash the
+// module (46 MB for the MutatingAdmissionPolicy). When that digest is not for
+// the module's size, or not a digest, it is computed once per process.
 func Digest(name string) (string, error) {
-	// Stat, not Module: reading an embedded file copies it (66 MB).
-	st, err := fs.Stat(modules, "modules/"+name+".wasm")
-	if err != nil || strings.ContainsAny(name, "/\\.") {
-		_, err := Module(name) // its error
-		return "", err
+	m, ok := embedded[name]
+	if !ok {
+		return "", notBuiltin(name)
 	}
-	if d, ok := embeddedDigest(name, st.Size()); ok {
+	if d, ok := m.embeddedDigest(); ok {
 		return d, nil
 	}
-	v, _ := computed.LoadOrStore(name, sync.OnceValues(func() (string, error) {
-		b, err := Module(name)
-		if err != nil {
-			return "", err
-		}
-		return digestOf(b), nil
-	}))
-	return v.(func() (string, error))()
+	v, _ := computed.LoadOrStore(name, sync.OnceValue(func() string { return digestOf(m.data) }))
+	return v.(func() string)(), nil
 }
 
 // computed holds, by module name, the digests computed in this process.
-var computed sync.Map // string -> func() (string, error)
+var computed sync.Map // string -> func() string
 
-// embeddedDigest reads modules/NAME.wasm.sha256: "sha256:<64 hex> <size>".
-func embeddedDigest(name string, size int64) (string, bool) {
-	f, err := modules.ReadFile("modules/" + name + ".wasm.sha256")
-	if err != nil {
-		return "", false
-	}
-	d, n, ok := strings.Cut(strings.TrimSpace(string(f)), " ")
-	hexPart, isSHA := strings.CutPrefix(d, "sha256:")
-	if !ok || !isSHA || len(hexPart) != 64 || strconv.FormatInt(size, 10) != n {
+// embeddedDigest is the digest embed-builtins.sh wrote, when it is one
+// ("sha256:<64 lower-case hex>") and was written for the module's size.
+func (m embeddedModule) embeddedDigest() (string, bool) {
+	hexPart, isSHA := strings.CutPrefix(m.digest, "sha256:")
+	if !isSHA || len(hexPart) != 64 || m.size != int64(len(m.data)) {
 		return "", false
 	}
 	if _, err := hex.DecodeString(hexPart); err != nil || strings.ToLower(hexPart) != hexPart {
 		return "", false
 	}
-	return d, true
+	return m.digest, true
 }
 
 func digestOf(b []byte) string {
@@ -197,12 +128,9 @@ func IsSettingsKeyed(digest string) bool {
 
 // Names lists the built-in modules compiled into this binary, sorted.
 func Names() []string {
-	entries, _ := fs.ReadDir(modules, "modules")
-	var names []string
-	for _, e := range entries {
-		if n, ok := strings.CutSuffix(e.Name(), ".wasm"); ok && !e.IsDir() {
-			names = append(names, n)
-		}
+	names := make([]string, 0, len(embedded))
+	for n := range embedded {
+		names = append(names, n)
 	}
 	sort.Strings(names)
 	return names

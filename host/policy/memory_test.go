@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/builtin"
 	"github.com/tollgate-dev/tollgate/host/policy"
+	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
 )
 
@@ -75,10 +77,10 @@ func TestInstanceMemoryReturnedAfterLargeRequest(t *testing.T) {
 	}
 }
 
-// TestBuiltinLoadsInPlace: the built-in modules come as the binary's
-// read-only embedded bytes (host/builtin), where a write crashes the process:
+// TestBuiltinLoadsInPlace: the built-in modules come as the binary's own
+// embedded bytes, not a copy (host/builtin), which the host must not change:
 // both load cold (instrumented and compiled from those bytes) and warm (from
-// the load cache), and answer.
+// the load cache), answer, and leave the bytes as they were.
 func TestBuiltinLoadsInPlace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("compiles the MutatingAdmissionPolicy module (tens of seconds)")
@@ -90,6 +92,11 @@ func TestBuiltinLoadsInPlace(t *testing.T) {
 	}
 	pod := testfixture.File(t, "test/testdata/reviews/pod.json")
 	cache := t.TempDir()
+	for _, name := range builtin.Known {
+		if !slices.Contains(builtin.Names(), name) {
+			t.Fatalf("built-in module %s is not compiled in: run make policies (or scripts/embed-builtins.sh once policies/%s/policy.wasm is built)", name, name)
+		}
+	}
 	for _, name := range builtin.Names() {
 		for _, run := range []string{"cold", "warm"} {
 			mod, err := builtin.Module(name)
@@ -113,6 +120,9 @@ func TestBuiltinLoadsInPlace(t *testing.T) {
 			}
 			p.Close(ctx)
 			_ = h.Close(ctx)
+			if d, err := builtin.Digest(name); err != nil || d != wasm.Digest(mod) {
+				t.Fatalf("%s, %s: the embedded module changed while it loaded and ran (digest %s, want %s: %v)", name, run, wasm.Digest(mod), d, err)
+			}
 		}
 	}
 }
