@@ -616,8 +616,21 @@ spec:
 			return err
 		})
 		t.Logf("new controller pod %s Ready %v after the old one was deleted", pods[0].Name, time.Since(begin).Round(time.Millisecond))
-		// It becomes the leader, reconciles everything, and writes nothing; then it still works.
-		time.Sleep(15 * time.Second)
+		// It becomes the leader (the Lease names it) and finishes its first pass over every object
+		// (each controller has reconciled, its queue is empty and no worker is busy), and writes
+		// nothing; then it still works. Counting the writes of a controller that does not hold the
+		// Lease yet would count nothing and pass.
+		metricsAddr := net.JoinHostPort(pods[0].Status.PodIP, "8088")
+		leader, err := waitLeader(ctx, op.cs, pods[0].Name, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("new controller pod %s holds the Lease %s/%s (%s) %v after the old one was deleted", pods[0].Name, controllerNS, leaseName, leader, time.Since(begin).Round(time.Millisecond))
+		pass, err := op.waitFirstPass(ctx, metricsAddr, 2*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("new controller's first pass done %v after the old one was deleted: %s", time.Since(begin).Round(time.Millisecond), pass)
 		after, err := snapshot(ctx, op.dyn, controllerNS)
 		if err != nil {
 			t.Fatal(err)
@@ -666,7 +679,7 @@ spec:
 		if len(changed) > 0 {
 			t.Errorf("the new controller changed %d unchanged objects:\n%s", len(changed), strings.Join(changed, "\n"))
 		}
-		if m, err := scrapeMetrics(net.JoinHostPort(pods[0].Status.PodIP, "8088")); err != nil {
+		if m, err := scrapeMetrics(metricsAddr); err != nil {
 			t.Errorf("controller metrics: %v", err)
 		} else {
 			n, by := nonGETRequests(m)
@@ -1305,4 +1318,70 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// leaseName is the controller's leader election Lease (--leader-election-id's default), in
+// controllerNS.
+const leaseName = "tollgate-controller"
+
+// waitLeader waits until the controller's Lease names pod as its holder and returns the holder's
+// identity. controller-runtime's identity is the hostname (a pod's name) then "_" and a UUID.
+func waitLeader(ctx context.Context, cs kubernetes.Interface, pod string, timeout time.Duration) (string, error) {
+	var holder string
+	err := poll(ctx, timeout, 500*time.Millisecond, func() error {
+		l, err := cs.CoordinationV1().Leases(controllerNS).Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		if !strings.HasPrefix(holder, pod+"_") {
+			return fmt.Errorf("the Lease %s/%s is held by %q, not by the new controller pod %s", controllerNS, leaseName, holder, pod)
+		}
+		return nil
+	})
+	return holder, err
+}
+
+// waitFirstPass waits until the controller at addr has done its first pass over the objects
+// there are: each kind's controller (named after the kind in lower case) has reconciled at least
+// as often as there are objects of that kind (controller_runtime_reconcile_total), no queue holds
+// work (workqueue_depth) and no worker is busy (controller_runtime_active_workers), at one scrape.
+// It does not wait for reconciles to stop: the certificates' short lifetimes in this test and the
+// Deployments' status keep some coming. It returns the counts it saw.
+func (op *operator) waitFirstPass(ctx context.Context, addr string, timeout time.Duration) (string, error) {
+	objects := map[string]int{}
+	for kind, gvr := range policyGVR {
+		l, err := op.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return "", err
+		}
+		objects[strings.ToLower(kind)] = len(l.Items)
+	}
+	var seen string
+	err := poll(ctx, timeout, 500*time.Millisecond, func() error {
+		m, err := scrapeMetrics(addr)
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for c, n := range objects {
+			got := m.sum("controller_runtime_reconcile_total", map[string]string{"controller": c})
+			if got < float64(n) {
+				return fmt.Errorf("controller %s has reconciled %.0f times for %d objects", c, got, n)
+			}
+			parts = append(parts, fmt.Sprintf("%s=%.0f/%d", c, got, n))
+		}
+		if d := m.sum("workqueue_depth", nil); d != 0 {
+			return fmt.Errorf("%.0f items queued", d)
+		}
+		if a := m.sum("controller_runtime_active_workers", nil); a != 0 {
+			return fmt.Errorf("%.0f workers busy", a)
+		}
+		sort.Strings(parts)
+		seen = "reconciles/objects " + strings.Join(parts, " ")
+		return nil
+	})
+	return seen, err
 }
