@@ -12,6 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/host/config"
 )
 
 func newScaffoldCmd() *cobra.Command {
@@ -199,11 +201,12 @@ func scaffoldMAP(policyPath, bindingPath, paramsPath string, rbacPaths []string,
 			},
 		}
 	default:
-		doc = map[string]any{id: map[string]any{
-			"module":          module,
-			"allowedToMutate": true,
-			"settings":        settings,
-		}}
+		raw, err := marshalJSON(settings, false)
+		if err != nil {
+			return nil, err
+		}
+		mutate := true
+		doc = map[string]config.Entry{id: {Module: module, AllowedToMutate: &mutate, Settings: bytes.TrimSpace(raw)}}
 	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {

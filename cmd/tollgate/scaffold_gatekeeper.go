@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
+	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/policy"
 )
 
@@ -255,15 +257,16 @@ func scaffoldGatekeeper(ctx context.Context, args []string, o scaffoldGKOptions,
 			"spec":       spec,
 		}
 	default:
-		entry := map[string]any{
-			"module":          o.module,
-			"allowedToMutate": true,
-			"settings":        settings,
+		raw, err := marshalJSON(settings, false)
+		if err != nil {
+			return nil, err
 		}
+		mutate := true
+		entry := config.Entry{Module: o.module, AllowedToMutate: &mutate, Settings: bytes.TrimSpace(raw)}
 		if o.fromCluster {
-			entry["contextAwareResources"] = []any{map[string]any{"apiVersion": "v1", "kind": "Namespace"}}
+			entry.ContextAwareResources = []config.ContextAwareResource{{APIVersion: "v1", Kind: "Namespace"}}
 		}
-		doc = map[string]any{id: entry}
+		doc = map[string]config.Entry{id: entry}
 	}
 	if o.format == "json" {
 		return marshalJSON(doc, true)

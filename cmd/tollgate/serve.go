@@ -26,6 +26,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/module"
+	"github.com/tollgate-dev/tollgate/host/oci"
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/server"
 	"github.com/tollgate-dev/tollgate/host/wasm"
@@ -132,13 +133,12 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 			logger.Warn("the Wasm runtime did not close within 5s (a load still running); exiting")
 		}
 	}()
-	resolver, err := serveResolver(cfg.Sources)
+	sources, err := oci.NewSources(o.SourcesPath, cfg.Sources, "")
 	if err != nil {
-		return err
+		return fmt.Errorf("--sources-path: %w", err)
 	}
-	if resolver.Registry, err = serveRegistry(o, cfg.Sources, logger); err != nil {
-		return err
-	}
+	resolver := serveResolver(cfg.Sources, sources)
+	resolver.Registry = serveRegistry(o, sources, logger)
 	ver, err := withVerification(cmd, resolver.Registry, logger)
 	if err != nil {
 		return err
@@ -378,8 +378,9 @@ func policyIDs(cfg *config.Config) string {
 }
 
 // serveResolver is the command's module resolver with the embedded example
-// modules under builtin://examples/ and sources.yml applied to http(s)://.
-func serveResolver(src config.Sources) (*module.Resolver, error) {
+// modules under builtin://examples/ and sources.yml applied to http(s)://
+// (compiled: its certificates read).
+func serveResolver(src config.Sources, compiled *oci.Sources) *module.Resolver {
 	r := newResolver()
 	prev, prevDigest := r.Builtin, r.BuiltinDigest
 	r.Builtin = func(name string) ([]byte, error) {
@@ -398,32 +399,15 @@ func serveResolver(src config.Sources) (*module.Resolver, error) {
 		return prevDigest(name)
 	}
 	if len(src.InsecureSources) == 0 && len(src.SourceAuthorities) == 0 {
-		return r, nil
+		return r
 	}
 	insecure := map[string]bool{}
 	for _, h := range src.InsecureSources {
 		insecure[h] = true
 	}
 	roots := map[string]*x509.CertPool{}
-	for host, certs := range src.SourceAuthorities {
-		pool, err := x509.SystemCertPool()
-		if err != nil || pool == nil {
-			pool = x509.NewCertPool()
-		}
-		for i, c := range certs {
-			data := c.Data
-			if c.Path != "" {
-				b, err := os.ReadFile(c.Path)
-				if err != nil {
-					return nil, fmt.Errorf("--sources-path: source_authorities.%s[%d]: %w", host, i, err)
-				}
-				data = b
-			}
-			if !pool.AppendCertsFromPEM(data) {
-				return nil, fmt.Errorf("--sources-path: source_authorities.%s[%d]: no PEM certificate", host, i)
-			}
-		}
-		roots[host] = pool
+	for host := range src.SourceAuthorities {
+		roots[host] = compiled.CertPool(host)
 	}
 	lookup := func(hostport string) (bool, *x509.CertPool) {
 		host, _, _ := net.SplitHostPort(hostport)
@@ -457,7 +441,7 @@ func serveResolver(src config.Sources) (*module.Resolver, error) {
 			return nil
 		}}
 	r.AllowHTTP = len(insecure) > 0
-	return r, nil
+	return r
 }
 
 // resolveWith fetches a module, allowing plain http:// only for the insecure

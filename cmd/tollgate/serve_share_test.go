@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/builtin"
 	"github.com/tollgate-dev/tollgate/host/config"
+	"github.com/tollgate-dev/tollgate/host/oci"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/internal/demo"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
@@ -17,10 +18,7 @@ import (
 // and a file come without one (the loader hashes them). Only the
 // settings-keyed built-ins share instances, whatever URI names their bytes.
 func TestServeModulesDigest(t *testing.T) {
-	r, err := serveResolver(config.Sources{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := serveResolver(config.Sources{}, &oci.Sources{})
 	m := resolveWith(r, config.Sources{})
 	ctx := context.Background()
 	for _, name := range builtin.Names() {

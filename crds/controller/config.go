@@ -37,7 +37,7 @@ var allCapabilities = []string{"*"}
 // PolicyServer's namespacedPoliciesCapabilities, none when it is unset or ps is nil, and may
 // use only its namespacedPoliciesModuleSchemes (never file://): a module of another scheme is
 // refused. It makes no client call, so the policy reconcilers use it to report refused policies.
-func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, entry map[string]any, err error) {
+func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, entry config.Entry, err error) {
 	id = v1.PolicyID(p.PolicyKind(), p.GetNamespace(), p.GetName())
 	caps := allCapabilities
 	if p.IsNamespaced() {
@@ -52,40 +52,38 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 	if mode == "" {
 		mode = string(v1.ModeProtect)
 	}
-	entry = map[string]any{
-		"namespacedName": map[string]any{"Namespace": p.GetNamespace(), "Name": p.GetName()},
-		"policyMode":     mode,
+	entry = config.Entry{
+		NamespacedName: &config.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()},
+		PolicyMode:     config.Mode(mode),
 	}
-	fail := func(field, value, reason string) (string, map[string]any, error) {
-		return id, nil, fmt.Errorf("%w: %s %s: spec.%s: value %s: %s", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), field, value, reason)
+	fail := func(field, value, reason string) (string, config.Entry, error) {
+		return id, config.Entry{}, fmt.Errorf("%w: %s %s: spec.%s: value %s: %s", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), field, value, reason)
 	}
 	single := func(m v1.ModuleSpec, mutating bool, resources []v1.ContextAwareResource, message string) error {
 		if err := tenantScheme(p, ps, "module", m.Module); err != nil {
 			return err
 		}
-		if err := moduleFields(entry, m, resources); err != nil {
+		if err := moduleFields(&entry, m, resources); err != nil {
 			return err
 		}
-		entry["allowedToMutate"] = mutating
-		entry["hostCapabilities"] = caps
-		if message != "" {
-			entry["message"] = message
-		}
+		entry.AllowedToMutate = &mutating
+		entry.HostCapabilities = caps
+		entry.Message = message
 		return nil
 	}
-	group := func(g v1.GroupSpec, members map[string]map[string]any) {
-		entry["expression"] = g.Expression
-		entry["message"] = g.Message
-		entry["policies"] = members
+	group := func(g v1.GroupSpec, members map[string]config.Entry) {
+		entry.Expression = g.Expression
+		entry.Message = g.Message
+		entry.Policies = members
 	}
-	member := func(name string, m v1.ModuleSpec, resources []v1.ContextAwareResource) (map[string]any, error) {
-		e := map[string]any{"hostCapabilities": caps}
+	member := func(name string, m v1.ModuleSpec, resources []v1.ContextAwareResource) (config.Entry, error) {
+		e := config.Entry{HostCapabilities: caps}
 		if err := tenantScheme(p, ps, "policies."+name+".module", m.Module); err != nil {
-			return nil, err
+			return config.Entry{}, err
 		}
-		if err := moduleFields(e, m, resources); err != nil {
+		if err := moduleFields(&e, m, resources); err != nil {
 			err.field = "policies." + name + "." + err.field
-			return nil, err
+			return config.Entry{}, err
 		}
 		return e, nil
 	}
@@ -95,7 +93,7 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 	case *v1.AdmissionPolicy:
 		err = single(p.Spec.ModuleSpec, p.Spec.Mutating, nil, p.Spec.Message)
 	case *v1.ClusterAdmissionPolicyGroup:
-		members := map[string]map[string]any{}
+		members := map[string]config.Entry{}
 		for name, m := range p.Spec.Policies {
 			if members[name], err = member(name, m.ModuleSpec, m.ContextAwareResources); err != nil {
 				break
@@ -103,7 +101,7 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 		}
 		group(p.Spec.GroupSpec, members)
 	case *v1.AdmissionPolicyGroup:
-		members := map[string]map[string]any{}
+		members := map[string]config.Entry{}
 		for name, m := range p.Spec.Policies {
 			if members[name], err = member(name, m.ModuleSpec, nil); err != nil {
 				break
@@ -111,7 +109,7 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 		}
 		group(p.Spec.GroupSpec, members)
 	default:
-		return id, nil, fmt.Errorf("%w: unknown policy type %T", ErrPolicyRefused, p)
+		return id, config.Entry{}, fmt.Errorf("%w: unknown policy type %T", ErrPolicyRefused, p)
 	}
 	if err != nil {
 		var se *settingsError
@@ -122,14 +120,14 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 			}
 			return fail(se.field, value, se.reason)
 		}
-		return id, nil, fmt.Errorf("%w: %s %s: %v", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), err)
+		return id, config.Entry{}, fmt.Errorf("%w: %s %s: %v", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), err)
 	}
-	doc, err := json.Marshal(map[string]any{id: entry})
+	doc, err := json.Marshal(map[string]config.Entry{id: entry})
 	if err != nil {
-		return id, nil, fmt.Errorf("%w: %s %s: %v", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), err)
+		return id, config.Entry{}, fmt.Errorf("%w: %s %s: %v", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), err)
 	}
 	if _, _, err := config.ParsePolicies(v1.PoliciesKey, doc); err != nil {
-		return id, nil, fmt.Errorf("%w: %s %s: %s", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), configErrorMessage(err, fieldErrorMessage))
+		return id, config.Entry{}, fmt.Errorf("%w: %s %s: %s", ErrPolicyRefused, p.PolicyKind(), policyRef(p.GetNamespace(), p.GetName()), configErrorMessage(err, fieldErrorMessage))
 	}
 	return id, entry, nil
 }
@@ -142,21 +140,23 @@ func (e *settingsError) Error() string { return e.field + ": " + e.reason }
 
 // moduleFields sets module, settings, timeoutEvalSeconds and contextAwareResources of a policy
 // or a group member.
-func moduleFields(e map[string]any, m v1.ModuleSpec, resources []v1.ContextAwareResource) *settingsError {
-	e["module"] = normalizeModule(m.Module)
+func moduleFields(e *config.Entry, m v1.ModuleSpec, resources []v1.ContextAwareResource) *settingsError {
+	e.Module = normalizeModule(m.Module)
 	settings, err := decodeSettings(m.Settings.Raw)
 	if err != nil {
 		return &settingsError{field: "settings", reason: err.Error()}
 	}
-	e["settings"] = settings
+	if e.Settings, err = json.Marshal(settings); err != nil {
+		return &settingsError{field: "settings", reason: err.Error()}
+	}
 	if m.TimeoutEvalSeconds != nil {
-		e["timeoutEvalSeconds"] = *m.TimeoutEvalSeconds
+		t := *m.TimeoutEvalSeconds
+		e.TimeoutEvalSeconds = &t
 	}
-	cars := make([]map[string]any, 0, len(resources))
+	e.ContextAwareResources = make([]config.ContextAwareResource, 0, len(resources))
 	for _, r := range resources {
-		cars = append(cars, map[string]any{"apiVersion": r.APIVersion, "kind": r.Kind})
+		e.ContextAwareResources = append(e.ContextAwareResources, config.ContextAwareResource{APIVersion: r.APIVersion, Kind: r.Kind})
 	}
-	e["contextAwareResources"] = cars
 	return nil
 }
 
@@ -283,7 +283,7 @@ func policyRef(ns, name string) string {
 // input only, byte for byte (keys sorted at every level), so an unchanged reconcile writes
 // nothing. Policies are taken in kind, namespace and name order; a later policy whose id
 // collides with an earlier one (Kubewarden's "namespaced-<ns>-<name>" is ambiguous) is left out.
-func buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options, build func(v1.Policy, *v1.PolicyServer, Options) (string, map[string]any, error)) (policiesYML []byte, skipped map[string]error) {
+func buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options, build func(v1.Policy, *v1.PolicyServer, Options) (string, config.Entry, error)) (policiesYML []byte, skipped map[string]error) {
 	sorted := append([]v1.Policy(nil), policies...)
 	sort.SliceStable(sorted, func(i, j int) bool {
 		a, b := sorted[i], sorted[j]
@@ -295,7 +295,7 @@ func buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options, build fun
 		}
 		return a.GetName() < b.GetName()
 	})
-	doc := map[string]any{}
+	doc := map[string]config.Entry{}
 	owner := map[string]string{}
 	for _, p := range sorted {
 		id, entry, err := build(p, ps, o)
@@ -317,11 +317,11 @@ func buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Options, build fun
 		owner[id] = where
 		doc[id] = entry
 	}
-	b, err := json.MarshalIndent(doc, "", "  ")
+	b, err := config.MarshalPolicies(doc)
 	if err != nil { // cannot happen: every value was marshalled once by BuildPolicyEntry
 		panic(err)
 	}
-	return append(b, '\n'), skipped
+	return b, skipped
 }
 
 func kindOrder(kind string) int {
@@ -346,22 +346,22 @@ func BuildSources(ps *v1.PolicyServer) ([]byte, error) {
 		}
 	}
 	sort.Strings(insecure)
-	auth := map[string][]map[string]string{}
+	src := config.Sources{InsecureSources: insecure, SourceAuthorities: map[string][]config.Certificate{}}
 	for host, pems := range ps.Spec.SourceAuthorities {
-		certs := make([]map[string]string, 0, len(pems))
+		certs := make([]config.Certificate, 0, len(pems))
 		for _, pem := range pems {
-			certs = append(certs, map[string]string{"type": "Data", "data": pem})
+			certs = append(certs, config.Certificate{Data: []byte(pem)})
 		}
-		auth[host] = certs
+		src.SourceAuthorities[host] = certs
 	}
-	b, err := json.MarshalIndent(map[string]any{"insecure_sources": insecure, "source_authorities": auth}, "", "  ")
+	b, err := config.MarshalSources(src)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSources, err)
 	}
 	if _, err := config.ParseSources(v1.SourcesKey, b); err != nil {
 		return nil, fmt.Errorf("%w: %s", ErrSources, configErrorMessage(err, sourcesMessage))
 	}
-	return append(b, '\n'), nil
+	return b, nil
 }
 
 // sourcesMessage renders a sources.yml error in terms of the PolicyServer's spec.

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/server/status"
 )
 
@@ -105,7 +106,7 @@ type caBundler interface {
 
 // buildEntryFunc is BuildPolicyEntry: the policy's id and policies.yml entry on server ps, or
 // why the server would refuse it.
-type buildEntryFunc func(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, entry map[string]any, err error)
+type buildEntryFunc func(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, entry config.Entry, err error)
 
 // policyReconciler reconciles one policy kind: it brings the policy to its policy server's
 // configuration (the PolicyServer reconciler writes it), waits until every replica serves it,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"net"
 	"net/http"
@@ -38,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/server/status"
 )
 
@@ -93,16 +95,17 @@ func ready(id string) status.Policy {
 
 // testBuild stands in for BuildPolicyEntry: the entry changes with the policy's generation, and
 // a policy annotated test/invalid is refused with the annotation's value.
-func testBuild(p v1.Policy, _ *v1.PolicyServer, _ Options) (string, map[string]any, error) {
+func testBuild(p v1.Policy, _ *v1.PolicyServer, _ Options) (string, config.Entry, error) {
 	id := v1.PolicyID(p.PolicyKind(), p.GetNamespace(), p.GetName())
 	if msg := p.GetAnnotations()["test/invalid"]; msg != "" {
-		return id, nil, errors.New(msg)
+		return id, config.Entry{}, errors.New(msg)
 	}
-	return id, map[string]any{
-		"namespacedName":  map[string]any{"Namespace": p.GetNamespace(), "Name": p.GetName()},
-		"module":          "registry://example/policy:v1",
-		"generation":      p.GetGeneration(),
-		"allowedToMutate": p.IsMutating(),
+	mutating := p.IsMutating()
+	return id, config.Entry{
+		NamespacedName:  &config.NamespacedName{Namespace: p.GetNamespace(), Name: p.GetName()},
+		Module:          "registry://example/policy:v1",
+		Settings:        json.RawMessage(fmt.Sprintf(`{"generation":%d}`, p.GetGeneration())),
+		AllowedToMutate: &mutating,
 	}, nil
 }
 
@@ -227,7 +230,7 @@ func (e *env) addServer(ps string) *fakeServer {
 // writeConfig writes ps's ConfigMap with the entries of policies and returns its digest.
 func (e *env) writeConfig(ps string, policies ...v1.Policy) string {
 	e.t.Helper()
-	doc := map[string]any{}
+	doc := map[string]config.Entry{}
 	for _, p := range policies {
 		if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			e.t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/host/config"
 )
 
 // entryCache memoizes BuildPolicyEntry per PolicyServer, by policy UID and resourceVersion and
@@ -21,7 +22,7 @@ type entryCache struct {
 type cachedEntry struct {
 	version, caps string
 	id            string
-	entry         map[string]any
+	entry         config.Entry
 	err           error
 }
 
@@ -38,7 +39,7 @@ func (c *entryCache) buildConfig(policies []v1.Policy, ps *v1.PolicyServer, o Op
 		caps[i] = string(cp)
 	}
 	capsKey := strings.Join(caps, ",")
-	build := func(p v1.Policy, ps *v1.PolicyServer, o Options) (string, map[string]any, error) {
+	build := func(p v1.Policy, ps *v1.PolicyServer, o Options) (string, config.Entry, error) {
 		uid, version := p.GetUID(), p.GetResourceVersion()
 		if uid == "" || version == "" {
 			return BuildPolicyEntry(p, ps, o)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +14,9 @@ import (
 )
 
 // Sources is Kubewarden's sources.yml: registries and hosts reached without
-// TLS verification, and extra CA certificates per host.
+// TLS verification, and extra CA certificates per host. This package owns the
+// format: ParseSources reads it (every error naming file, line, field and
+// value), MarshalSources writes it; host/oci turns it into TLS settings.
 type Sources struct {
 	// InsecureSources are host[:port] names for which TLS is not verified
 	// (and plain HTTP is allowed).
@@ -34,10 +37,13 @@ type Certificate struct {
 // source and CA silently; `{}` says "none".
 var ErrEmptySources = errors.New("empty sources file (write {} for no insecure sources or authorities)")
 
-// ParseSources parses a sources.yml. An empty file is an error
-// (ErrEmptySources). Both Kubewarden forms of a
+// ParseSources parses a sources.yml (YAML or JSON). An empty file is an error
+// (ErrEmptySources); `{}` means none. Both Kubewarden forms of a
 // certificate are accepted: `{type: Path, path: ...}` / `{type: Data, data: ...}`
-// and a plain string (PEM data when it starts with -----BEGIN, else a path).
+// (the type in any case) and a plain string (PEM data when it starts with
+// -----BEGIN, else a path). A host with no certificates (`host: null` or `[]`)
+// is accepted and adds none. Hosts (insecure_sources entries and
+// source_authorities keys) must be host or host:port: no scheme, path or space.
 func ParseSources(file string, data []byte) (src Sources, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -76,7 +82,7 @@ func ParseSources(file string, data []byte) (src Sources, err error) {
 			}
 			for j, it := range v.Content {
 				if s, ok := p.str(it, "", "", fmt.Sprintf("insecure_sources[%d]", j)); ok {
-					if s == "" || strings.ContainsAny(s, "/ ") {
+					if !validHost(s) {
 						p.fail(it, "", "", fmt.Sprintf("insecure_sources[%d]", j), strconv.Quote(s), "must be host or host:port")
 						continue
 					}
@@ -96,6 +102,13 @@ func ParseSources(file string, data []byte) (src Sources, err error) {
 				hk, hv := v.Content[j], deref(v.Content[j+1])
 				host := hk.Value
 				field := "source_authorities." + host
+				if !validHost(host) {
+					p.fail(hk, "", "", "source_authorities", strconv.Quote(host), "a key must be host or host:port")
+					continue
+				}
+				if hv != nil && hv.Tag == "!!null" {
+					continue
+				}
 				if hv == nil || hv.Kind != yaml.SequenceNode {
 					p.fail(hv, "", "", field, show(hv), "must be a list of certificates")
 					continue
@@ -115,6 +128,47 @@ func ParseSources(file string, data []byte) (src Sources, err error) {
 		return Sources{}, errors.Join(p.errs...)
 	}
 	return src, nil
+}
+
+// validHost reports whether h is host or host:port as it appears in module
+// URIs: not empty, no scheme, path or white space.
+func validHost(h string) bool {
+	return h != "" && !strings.ContainsAny(h, "/ \t\r\n")
+}
+
+// MarshalSources writes s as sources.yml in the controller's form: JSON,
+// indented, keys sorted, both keys always present, certificates as
+// {type: Path, path} or {type: Data, data}, and a final newline.
+func MarshalSources(s Sources) ([]byte, error) {
+	type cert struct {
+		Data string `json:"data,omitempty"`
+		Path string `json:"path,omitempty"`
+		Type string `json:"type"`
+	}
+	insecure := s.InsecureSources
+	if insecure == nil {
+		insecure = []string{}
+	}
+	auth := map[string][]cert{}
+	for host, certs := range s.SourceAuthorities {
+		out := make([]cert, 0, len(certs))
+		for _, c := range certs {
+			if c.Path != "" {
+				out = append(out, cert{Type: "Path", Path: c.Path})
+			} else {
+				out = append(out, cert{Type: "Data", Data: string(c.Data)})
+			}
+		}
+		auth[host] = out
+	}
+	b, err := json.MarshalIndent(struct {
+		InsecureSources   []string          `json:"insecure_sources"`
+		SourceAuthorities map[string][]cert `json:"source_authorities"`
+	}{insecure, auth}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 func (p *parser) certificate(n *yaml.Node, field string) (Certificate, bool) {

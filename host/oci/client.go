@@ -147,7 +147,7 @@ func (c *Client) conn(ctx context.Context, host string) *hostConn {
 	hc, ok := c.hosts[host]
 	if !ok {
 		insecure := c.sources.IsInsecure(host)
-		tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.sources.certPool(host)}
+		tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.sources.CertPool(host)}
 		if insecure {
 			tlsCfg.InsecureSkipVerify = true //nolint:gosec // the user listed this host in insecure_sources
 		}

@@ -1,9 +1,7 @@
 package oci
 
 import (
-	"bytes"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -12,38 +10,21 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/tollgate-dev/tollgate/host/config"
 )
 
-// Sources is the content of a sources.yml (or .yaml/.json) file, in
-// Kubewarden's format:
-//
-//	insecure_sources: ["127.0.0.1:5000"]       # plain HTTP or untrusted TLS allowed
-//	source_authorities:
-//	  "registry.example.com:5500":
-//	    - type: Path
-//	      path: /etc/pki/ca.pem                  # PEM or DER
-//	    - type: Data
-//	      data: |
-//	        -----BEGIN CERTIFICATE-----
-//	        ...
+// Sources is a sources.yml compiled for the registry client: the hosts
+// reached without TLS verification, and a certificate pool per host with the
+// system roots plus its source_authorities. The file's format (Kubewarden's:
+// insecure_sources, source_authorities) is owned by host/config, whose
+// ParseSources reads it; NewSources reads the certificates it names.
 //
 // Keys are host[:port] exactly as they appear in registry:// URIs.
 type Sources struct {
-	InsecureSources   []string                     `json:"insecure_sources,omitempty"`
-	SourceAuthorities map[string][]SourceAuthority `json:"source_authorities,omitempty"`
+	InsecureSources []string
 
 	pools map[string]*x509.CertPool
-}
-
-// SourceAuthority is one CA certificate for a host: Type "Path" with Path,
-// or Type "Data" with Data (PEM).
-type SourceAuthority struct {
-	Type string `json:"type"`
-	Path string `json:"path,omitempty"`
-	Data string `json:"data,omitempty"`
 }
 
 // DefaultSourcesPath is where sources.yaml is read from when no path is
@@ -77,89 +58,43 @@ func LoadSources(path string) (*Sources, error) {
 	return ParseSources(path, data)
 }
 
-// ParseSources parses sources YAML or JSON; name (a file path) is used in
+// ParseSources parses a sources.yml (YAML or JSON, host/config's
+// ParseSources) and reads its certificates; name (a file path) is used in
 // errors and to resolve relative certificate paths.
 func ParseSources(name string, data []byte) (*Sources, error) {
-	var s Sources
-	if err := yaml.UnmarshalStrict(data, &s); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidSources, name, err)
+	src, err := config.ParseSources(name, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidSources, err)
 	}
-	if err := s.compile(name); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return NewSources(name, src, filepath.Dir(name))
 }
 
-// NewSources builds Sources from already-parsed values (for a caller that
-// reads sources.yml itself, such as the policy server's configuration).
-// Relative certificate paths are relative to the working directory.
-func NewSources(insecure []string, authorities map[string][]SourceAuthority) (*Sources, error) {
-	s := &Sources{InsecureSources: insecure, SourceAuthorities: authorities}
-	if err := s.compile("sources"); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// UnmarshalJSON also accepts Kubewarden's older plain-string form: PEM
-// data when it starts with -----BEGIN, else a path.
-func (a *SourceAuthority) UnmarshalJSON(b []byte) error {
-	var str string
-	if err := json.Unmarshal(b, &str); err == nil {
-		if strings.HasPrefix(strings.TrimSpace(str), "-----BEGIN") {
-			*a = SourceAuthority{Type: "Data", Data: str}
-		} else {
-			*a = SourceAuthority{Type: "Path", Path: str}
-		}
-		return nil
-	}
-	type plain SourceAuthority
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	return dec.Decode((*plain)(a))
-}
-
-func (s *Sources) compile(name string) error {
-	for i, h := range s.InsecureSources {
-		if err := validHost(h); err != nil {
-			return fmt.Errorf("%w: %s: insecure_sources[%d]: %v", ErrInvalidSources, name, i, err)
-		}
-	}
-	s.pools = map[string]*x509.CertPool{}
-	for host, auths := range s.SourceAuthorities {
-		if err := validHost(host); err != nil {
-			return fmt.Errorf("%w: %s: source_authorities: %v", ErrInvalidSources, name, err)
-		}
+// NewSources compiles parsed sources: each source_authorities certificate,
+// inline PEM or a file (PEM, one or more certificates, or DER; a relative
+// path is relative to dir, the working directory when dir is ""), joins the
+// system roots of its host. name (the file) is used in errors.
+func NewSources(name string, src config.Sources, dir string) (*Sources, error) {
+	s := &Sources{InsecureSources: src.InsecureSources, pools: map[string]*x509.CertPool{}}
+	for host, certs := range src.SourceAuthorities {
 		pool, err := x509.SystemCertPool()
 		if err != nil || pool == nil {
 			pool = x509.NewCertPool()
 		}
-		for i, a := range auths {
-			field := fmt.Sprintf("source_authorities[%q][%d]", host, i)
-			var raw []byte
-			switch a.Type {
-			case "Path":
-				if a.Path == "" {
-					return fmt.Errorf("%w: %s: %s: type Path needs a path", ErrInvalidSources, name, field)
-				}
-				p := a.Path
-				if !filepath.IsAbs(p) {
-					p = filepath.Join(filepath.Dir(name), p)
+		for i, c := range certs {
+			field := fmt.Sprintf("source_authorities.%s[%d]", host, i)
+			raw := c.Data
+			if c.Path != "" {
+				p := c.Path
+				if !filepath.IsAbs(p) && dir != "" {
+					p = filepath.Join(dir, p)
 				}
 				if raw, err = os.ReadFile(p); err != nil {
-					return fmt.Errorf("%w: %s: %s: %v", ErrInvalidSources, name, field, err)
+					return nil, fmt.Errorf("%w: %s: field %s: %v", ErrInvalidSources, name, field, err)
 				}
-			case "Data":
-				if a.Data == "" {
-					return fmt.Errorf("%w: %s: %s: type Data needs data", ErrInvalidSources, name, field)
-				}
-				raw = []byte(a.Data)
-			default:
-				return fmt.Errorf("%w: %s: %s: type %q: want Path or Data", ErrInvalidSources, name, field, a.Type)
 			}
 			certs, err := parseCertificates(raw)
 			if err != nil {
-				return fmt.Errorf("%w: %s: %s: %v", ErrInvalidSources, name, field, err)
+				return nil, fmt.Errorf("%w: %s: field %s: %v", ErrInvalidSources, name, field, err)
 			}
 			for _, c := range certs {
 				pool.AddCert(c)
@@ -167,14 +102,7 @@ func (s *Sources) compile(name string) error {
 		}
 		s.pools[host] = pool
 	}
-	return nil
-}
-
-func validHost(h string) error {
-	if h == "" || strings.ContainsAny(h, "/ \t") || strings.Contains(h, "://") {
-		return fmt.Errorf("%q is not host[:port]", h)
-	}
-	return nil
+	return s, nil
 }
 
 // parseCertificates accepts one or more PEM certificates, or one DER certificate.
@@ -220,9 +148,9 @@ func (s *Sources) IsInsecure(host string) bool {
 	return false
 }
 
-// certPool returns the system pool plus the host's source_authorities
+// CertPool returns the system pool plus the host's source_authorities
 // (keyed host:port, else bare host), or nil (use the system pool).
-func (s *Sources) certPool(host string) *x509.CertPool {
+func (s *Sources) CertPool(host string) *x509.CertPool {
 	if s == nil {
 		return nil
 	}

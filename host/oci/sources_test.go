@@ -1,12 +1,14 @@
 package oci_test
 
 import (
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/oci"
 )
 
@@ -23,18 +25,19 @@ func TestParseSources(t *testing.T) {
 		insecure []string
 		errHas   string
 	}{
-		{"empty", ``, nil, ""},
+		{"empty", ``, nil, "empty sources file"},
+		{"none", `{}`, nil, ""},
 		{"insecure only", `insecure_sources: ["127.0.0.1:5000", "dev.example.com"]`, []string{"127.0.0.1:5000", "dev.example.com"}, ""},
 		{"json", `{"source_authorities": {"r.example.com:5000": [{"type": "Path", "path": "ca.pem"}]}}`, nil, ""},
 		{"data", "source_authorities:\n  r.example.com:\n    - type: Data\n      data: |\n" + indent(string(caPEM), "        "), nil, ""},
 		{"legacy string path", "source_authorities:\n  r.example.com:\n    - ca.pem\n", nil, ""},
 		{"legacy string PEM", "source_authorities:\n  r.example.com:\n    - |\n" + indent(string(caPEM), "      "), nil, ""},
-		{"unknown authority field", "source_authorities:\n  r.example.com:\n    - type: Path\n      file: ca.pem\n", nil, `unknown field "file"`},
-		{"bad type", "source_authorities:\n  r.example.com:\n    - type: File\n      path: ca.pem\n", nil, `source_authorities["r.example.com"][0]: type "File": want Path or Data`},
+		{"unknown authority field", "source_authorities:\n  r.example.com:\n    - type: Path\n      file: ca.pem\n", nil, `field source_authorities.r.example.com[0].file: unknown field`},
+		{"bad type", "source_authorities:\n  r.example.com:\n    - type: File\n      path: ca.pem\n", nil, `sources.yml:3: field source_authorities.r.example.com[0].type: value "File": must be Path or Data`},
 		{"missing file", "source_authorities:\n  r.example.com:\n    - type: Path\n      path: nope.pem\n", nil, "nope.pem"},
-		{"not a cert", "source_authorities:\n  r.example.com:\n    - type: Data\n      data: hello\n", nil, "not a DER certificate"},
-		{"url not host", `insecure_sources: ["https://r.example.com"]`, nil, `insecure_sources[0]: "https://r.example.com" is not host[:port]`},
-		{"unknown key", `insecure_source: ["x"]`, nil, `unknown field "insecure_source"`},
+		{"not a cert", "source_authorities:\n  r.example.com:\n    - type: Data\n      data: hello\n", nil, "type Data needs PEM data"},
+		{"url not host", `insecure_sources: ["https://r.example.com"]`, nil, `field insecure_sources[0]: value "https://r.example.com": must be host or host:port`},
+		{"unknown key", `insecure_source: ["x"]`, nil, `field insecure_source: unknown field`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,13 +84,58 @@ func indent(s, pre string) string {
 }
 
 func TestNewSources(t *testing.T) {
-	pemData := string(selfSignedPEM(t))
-	s, err := oci.NewSources([]string{"a:5000"}, map[string][]oci.SourceAuthority{"b:5000": {{Type: "Data", Data: pemData}}})
-	if err != nil || !s.IsInsecure("a:5000") || s.IsInsecure("b:5000") {
+	pemData := selfSignedPEM(t)
+	s, err := oci.NewSources("s.yml", config.Sources{InsecureSources: []string{"a:5000"}, SourceAuthorities: map[string][]config.Certificate{"b:5000": {{Data: pemData}}}}, "")
+	if err != nil || !s.IsInsecure("a:5000") || s.IsInsecure("b:5000") || s.CertPool("b:5000") == nil || s.CertPool("a:5000") != nil {
 		t.Fatalf("NewSources: %v", err)
 	}
-	_, err = oci.NewSources(nil, map[string][]oci.SourceAuthority{"b:5000": {{Type: "Data", Data: "junk"}}})
-	if !errors.Is(err, oci.ErrInvalidSources) || !strings.Contains(err.Error(), `source_authorities["b:5000"][0]`) {
+	_, err = oci.NewSources("s.yml", config.Sources{SourceAuthorities: map[string][]config.Certificate{"b:5000": {{Data: []byte("junk")}}}}, "")
+	if !errors.Is(err, oci.ErrInvalidSources) || !strings.Contains(err.Error(), `s.yml: field source_authorities.b:5000[0]`) {
 		t.Fatalf("bad data: %v", err)
+	}
+}
+
+// TestSourcesInputsThatDiffered: sources.yml had two readers (this package's
+// and host/config's) that disagreed on these inputs; there is one reader now,
+// and each input is read the same by `tollgate pull/push/...` and by serve.
+func TestSourcesInputsThatDiffered(t *testing.T) {
+	dir := t.TempDir()
+	caPEM := selfSignedPEM(t)
+	block, _ := pem.Decode(caPEM)
+	if err := os.WriteFile(filepath.Join(dir, "ca.der"), block.Bytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(dir, "sources.yml")
+	for _, tt := range []struct {
+		name, doc, errHas string
+	}{
+		// accepted by host/config only, now by both
+		{"type in lower case", "source_authorities:\n  r.example.com:\n    - type: path\n      path: ca.der\n", ""},
+		// accepted by host/oci only, now by both
+		{"DER file", "source_authorities:\n  r.example.com:\n    - {type: Path, path: ca.der}\n", ""},
+		{"host without certificates", "source_authorities:\n  r.example.com: null\n", ""},
+		// refused by host/oci only, now by both
+		{"tab in a host", "insecure_sources: [\"r.example.com\\t\"]\n", `field insecure_sources[0]: value "r.example.com\t": must be host or host:port`},
+		{"URL as a source_authorities key", "source_authorities:\n  https://r.example.com:\n    - {type: Path, path: ca.der}\n", `sources.yml:2: field source_authorities: value "https://r.example.com": a key must be host or host:port`},
+		// refused by host/config only (documented for serve), now by both
+		{"empty file", "", "empty sources file (write {} for no insecure sources or authorities)"},
+		{"Data that is not PEM", "source_authorities:\n  r.example.com:\n    - {type: Data, data: hello}\n", "type Data needs PEM data"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := oci.ParseSources(name, []byte(tt.doc))
+			_, cerr := config.ParseSources(name, []byte(tt.doc))
+			if tt.errHas == "" {
+				if err != nil || cerr != nil {
+					t.Fatalf("oci: %v; config: %v", err, cerr)
+				}
+				if tt.name != "host without certificates" && s.CertPool("r.example.com:443") == nil {
+					t.Fatal("no certificate pool for r.example.com")
+				}
+				return
+			}
+			if !errors.Is(err, oci.ErrInvalidSources) || !strings.Contains(err.Error(), tt.errHas) || cerr == nil || !strings.Contains(cerr.Error(), tt.errHas) {
+				t.Fatalf("oci: %v; config: %v; want %q", err, cerr, tt.errHas)
+			}
+		})
 	}
 }
