@@ -97,11 +97,12 @@ modfile() {
 	sed -i -E "s#=>[[:space:]]+(\.{1,2}/[^[:space:]]*)#=> $moddir/\1#" "$mod/tinygo.mod"
 	while read -r name target version file; do
 		[[ "$target" == tinygo ]] && continue
-		have="$(cd "$pkg" && "$GO" list -m -f '{{.Version}}' "$target" 2>/dev/null || true)"
+		# -modfile: `go mod download` records checksums, in the temporary go.sum, not the module's
+		have="$(cd "$pkg" && "$GO" list -modfile="$mod/tinygo.mod" -m -f '{{.Version}}' "$target" 2>/dev/null || true)"
 		[[ -n "$have" ]] || continue # not a dependency of this package's module
 		[[ "$have" == "$version" ]] || die "patch $name is for $target $version, but $pkg's module uses $have: write the patch for $have"
-		(cd "$pkg" && "$GO" mod download "$target") >&2
-		src="$(cd "$pkg" && "$GO" list -m -f '{{.Dir}}' "$target")"
+		(cd "$pkg" && "$GO" mod download -modfile="$mod/tinygo.mod" "$target") >&2
+		src="$(cd "$pkg" && "$GO" list -modfile="$mod/tinygo.mod" -m -f '{{.Dir}}' "$target")"
 		[[ -d "$src" ]] || die "$target $version: not in the module cache"
 		esc="$(printf '%s' "$target" | tr '/' '_')"
 		dst="$(patched_copy "$src" "$esc@$version" "$file")"

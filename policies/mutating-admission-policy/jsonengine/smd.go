@@ -1,0 +1,335 @@
+package jsonengine
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/schema"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
+
+	"k8s.io/apiserver/pkg/cel/mutation/dynamic"
+)
+
+// ApplyConfiguration: the apiserver's apply-configuration patcher
+// (patch.ApplyStructuredMergeDiff) on unstructured content, with the
+// structured-merge schema of the built-in types that client-go compiles in,
+// serialized at build time into smd_schema.json (TestSMDSchemaUpToDate):
+// [name, atom] per type, an atom {"s": scalar, "l": [elem, relationship,
+// keys], "m": [elem, relationship, [[field, type, default?]...], unions?]}
+// (a union [discriminator, deduceInvalidDiscriminator, [[field, value]...]]), a type
+// reference a name or {"n": name, "i": atom, "r": relationship}.
+
+//go:embed smd_schema.json
+var smdSchemaJSON []byte
+
+type smdSchema struct {
+	schema *schema.Schema
+	kinds  map[string]string // group/version/Kind -> type name
+}
+
+var builtinSMD struct {
+	once sync.Once
+	s    *smdSchema
+	err  error
+}
+
+func builtinSchema() (*smdSchema, error) {
+	builtinSMD.once.Do(func() {
+		builtinSMD.s, builtinSMD.err = decodeSMDSchema(smdSchemaJSON)
+	})
+	return builtinSMD.s, builtinSMD.err
+}
+
+func decodeSMDSchema(b []byte) (*smdSchema, error) {
+	var raw struct {
+		Kinds map[string]string `json:"kinds"`
+		Types [][2]any          `json:"types"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("smd_schema.json: %w", err)
+	}
+	s := &schema.Schema{Types: make([]schema.TypeDef, len(raw.Types))}
+	for i, t := range raw.Types {
+		name, _ := t[0].(string)
+		atom, err := decodeAtom(t[1])
+		if err != nil {
+			return nil, fmt.Errorf("smd_schema.json: type %s: %w", name, err)
+		}
+		s.Types[i] = schema.TypeDef{Name: name, Atom: atom}
+	}
+	return &smdSchema{schema: s, kinds: raw.Kinds}, nil
+}
+
+var errSchemaFormat = errors.New("malformed")
+
+func decodeAtom(v any) (schema.Atom, error) {
+	var a schema.Atom
+	m, ok := v.(map[string]any)
+	if !ok {
+		return a, errSchemaFormat
+	}
+	if s, ok := m["s"].(string); ok {
+		sc := schema.Scalar(s)
+		a.Scalar = &sc
+	}
+	if l, ok := m["l"].([]any); ok && len(l) == 3 {
+		elem, err := decodeRef(l[0])
+		if err != nil {
+			return a, err
+		}
+		rel, _ := l[1].(string)
+		list := &schema.List{ElementType: elem, ElementRelationship: schema.ElementRelationship(rel)}
+		if keys, ok := l[2].([]any); ok {
+			for _, k := range keys {
+				ks, _ := k.(string)
+				list.Keys = append(list.Keys, ks)
+			}
+		}
+		a.List = list
+	}
+	if mm, ok := m["m"].([]any); ok && len(mm) >= 3 {
+		elem, err := decodeRef(mm[0])
+		if err != nil {
+			return a, err
+		}
+		rel, _ := mm[1].(string)
+		mp := &schema.Map{ElementType: elem, ElementRelationship: schema.ElementRelationship(rel)}
+		fields, _ := mm[2].([]any)
+		for _, f := range fields {
+			fl, ok := f.([]any)
+			if !ok || len(fl) < 2 {
+				return a, errSchemaFormat
+			}
+			name, _ := fl[0].(string)
+			t, err := decodeRef(fl[1])
+			if err != nil {
+				return a, err
+			}
+			sf := schema.StructField{Name: name, Type: t}
+			if len(fl) > 2 {
+				sf.Default = fl[2]
+			}
+			mp.Fields = append(mp.Fields, sf)
+		}
+		if len(mm) > 3 {
+			unions, _ := mm[3].([]any)
+			for _, u := range unions {
+				ul, ok := u.([]any)
+				if !ok || len(ul) != 3 {
+					return a, errSchemaFormat
+				}
+				var un schema.Union
+				if d, ok := ul[0].(string); ok {
+					un.Discriminator = &d
+				}
+				un.DeduceInvalidDiscriminator, _ = ul[1].(bool)
+				fs, _ := ul[2].([]any)
+				for _, f := range fs {
+					fl, ok := f.([]any)
+					if !ok || len(fl) != 2 {
+						return a, errSchemaFormat
+					}
+					var uf schema.UnionField
+					uf.FieldName, _ = fl[0].(string)
+					uf.DiscriminatorValue, _ = fl[1].(string)
+					un.Fields = append(un.Fields, uf)
+				}
+				mp.Unions = append(mp.Unions, un)
+			}
+		}
+		a.Map = mp
+	}
+	return a, nil
+}
+
+func decodeRef(v any) (schema.TypeRef, error) {
+	var r schema.TypeRef
+	switch x := v.(type) {
+	case string:
+		r.NamedType = &x
+		return r, nil
+	case map[string]any:
+		if n, ok := x["n"].(string); ok {
+			r.NamedType = &n
+		}
+		if i, ok := x["i"]; ok {
+			atom, err := decodeAtom(i)
+			if err != nil {
+				return r, err
+			}
+			r.Inlined = atom
+		}
+		if rel, ok := x["r"].(string); ok {
+			er := schema.ElementRelationship(rel)
+			r.ElementRelationship = &er
+		}
+		return r, nil
+	}
+	return r, errSchemaFormat
+}
+
+// applyConfiguration merges the expression's Object into the object.
+func applyConfiguration(val any, object map[string]any, kind *attrs) (map[string]any, error) {
+	obj, ok := val.(*dynamic.ObjectVal)
+	if !ok {
+		return nil, fmt.Errorf("unsupported return type from ApplyConfiguration expression: %v", val)
+	}
+	if err := obj.CheckTypeNamesMatchFieldPathNames(); err != nil {
+		return nil, fmt.Errorf("type mismatch: %w", err)
+	}
+	patch, ok := obj.Value().(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("invalid return type: %T", val)
+	}
+	apiVersion := kind.version
+	if kind.group != "" {
+		apiVersion = kind.group + "/" + kind.version
+	}
+	patch["apiVersion"], patch["kind"] = apiVersion, kind.kind
+	out, err := applyStructuredMergeDiff(kind, object, patch)
+	if err != nil {
+		return nil, fmt.Errorf("error applying patch: %w", err)
+	}
+	// The dispatcher converts the result to the typed object.
+	return roundTripObject(out, kind.group, kind.version, kind.kind, false)
+}
+
+func applyStructuredMergeDiff(kind *attrs, live, patch map[string]any) (map[string]any, error) {
+	parse, err := parseableType(kind, patch)
+	if err != nil {
+		return nil, err
+	}
+	patchTyped, err := parse.FromUnstructured(patch)
+	if err != nil {
+		return nil, fmt.Errorf("failed to convert patch object to typed object: %w", err)
+	}
+	if atomics := findAtomics(nil, patchTyped.Schema(), patchTyped.TypeRef(), patchTyped.AsValue()); len(atomics) > 0 {
+		return nil, fmt.Errorf("invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: %v", strings.Join(atomics, ", "))
+	}
+	liveTyped, err := parse.FromUnstructured(live, typed.AllowDuplicates)
+	if err != nil {
+		return nil, fmt.Errorf("failed to convert original object to typed object: %w", err)
+	}
+	merged, err := liveTyped.Merge(patchTyped)
+	if err != nil {
+		return nil, fmt.Errorf("failed to merge patch: %w", err)
+	}
+	m, ok := merged.AsValue().Unstructured().(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("failed to convert typed object to object: not an object")
+	}
+	return m, nil
+}
+
+// parseableType is the type converter's type of the kind: the built-in
+// schema's, or for other kinds the schema of a custom resource that
+// declares exactly the patch's fields (every list atomic), built from the
+// patch as package engine's schemaless converter does.
+func parseableType(kind *attrs, patch map[string]any) (typed.ParseableType, error) {
+	if _, isBuiltin := typedKind(kind.group, kind.version, kind.kind); isBuiltin {
+		s, err := builtinSchema()
+		if err != nil {
+			return typed.ParseableType{}, err
+		}
+		name, ok := s.kinds[kind.group+"/"+kind.version+"/"+kind.kind]
+		if !ok {
+			return typed.ParseableType{}, fmt.Errorf("no schema for %s/%s, Kind=%s", kind.group, kind.version, kind.kind)
+		}
+		return typed.ParseableType{Schema: s.schema, TypeRef: schema.TypeRef{NamedType: &name}}, nil
+	}
+	s, root := schemalessSchema(patch)
+	return typed.ParseableType{Schema: s, TypeRef: root}, nil
+}
+
+const (
+	untypedGranular = "__tollgate_untyped_granular"
+	untypedAtomic   = "__tollgate_untyped_atomic"
+)
+
+func schemalessSchema(content map[string]any) (*schema.Schema, schema.TypeRef) {
+	untyped := schema.Scalar("untyped")
+	s := &schema.Schema{Types: []schema.TypeDef{
+		{Name: untypedAtomic, Atom: schema.Atom{
+			Scalar: &untyped,
+			List:   &schema.List{ElementType: namedRef(untypedAtomic), ElementRelationship: schema.Atomic},
+			Map:    &schema.Map{ElementType: namedRef(untypedAtomic), ElementRelationship: schema.Atomic},
+		}},
+		{Name: untypedGranular, Atom: schema.Atom{
+			Scalar: &untyped,
+			List:   &schema.List{ElementType: namedRef(untypedAtomic), ElementRelationship: schema.Atomic},
+			Map:    &schema.Map{ElementType: namedRef(untypedGranular), ElementRelationship: schema.Separable},
+		}},
+	}}
+	n := 0
+	var declare func(v any) schema.TypeRef
+	declare = func(v any) schema.TypeRef {
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return namedRef(untypedGranular)
+		}
+		name := "__tollgate_object_" + strconv.Itoa(n)
+		n++
+		m := &schema.Map{ElementType: namedRef(untypedGranular), ElementRelationship: schema.Separable}
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			m.Fields = append(m.Fields, schema.StructField{Name: k, Type: declare(obj[k])})
+		}
+		s.Types = append(s.Types, schema.TypeDef{Name: name, Atom: schema.Atom{Scalar: &untyped, Map: m,
+			List: &schema.List{ElementType: namedRef(untypedAtomic), ElementRelationship: schema.Atomic}}})
+		return namedRef(name)
+	}
+	root := declare(content)
+	return s, root
+}
+
+func namedRef(n string) schema.TypeRef { return schema.TypeRef{NamedType: &n} }
+
+// findAtomics lists the paths where the patch sets an atomic list, map or
+// struct (the apiserver's validatePatch).
+func findAtomics(path []fieldpath.PathElement, s *schema.Schema, tr schema.TypeRef, v value.Value) (atomics []string) {
+	if a, ok := s.Resolve(tr); ok {
+		if v.IsMap() && a.Map != nil {
+			if a.Map.ElementRelationship == schema.Atomic {
+				atomics = append(atomics, pathString(path))
+			}
+			v.AsMap().Iterate(func(key string, val value.Value) bool {
+				pe := fieldpath.PathElement{FieldName: &key}
+				if sf, ok := a.Map.FindField(key); ok {
+					atomics = append(atomics, findAtomics(append(path, pe), s, sf.Type, val)...)
+				}
+				return true
+			})
+		}
+		if v.IsList() && a.List != nil {
+			if a.List.ElementRelationship == schema.Atomic {
+				atomics = append(atomics, pathString(path))
+			}
+			list := v.AsList()
+			for i := 0; i < list.Length(); i++ {
+				pe := fieldpath.PathElement{Index: &i}
+				atomics = append(atomics, findAtomics(append(path, pe), s, a.List.ElementType, list.At(i))...)
+			}
+		}
+	}
+	return atomics
+}
+
+func pathString(path []fieldpath.PathElement) string {
+	var sb strings.Builder
+	for _, p := range path {
+		sb.WriteString(p.String())
+	}
+	return sb.String()
+}

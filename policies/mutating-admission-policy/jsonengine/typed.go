@@ -1,0 +1,417 @@
+package jsonengine
+
+import (
+	_ "embed"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// What typed objects do implicitly. The apiserver decodes a built-in
+// object into its Go type (k8s.io/api) before the policy sees it, and
+// encodes it again for CEL (runtime.DefaultUnstructuredConverter) and for
+// JSON patches: unknown fields are dropped (rejected when a JSON patch's
+// result is decoded, strictly), absent fields take their zero value, which
+// is written back unless the field is omitempty (status: {}, resources: {},
+// creationTimestamp: null), empty omitempty fields disappear (labels: {}),
+// quantities and times are written in their canonical form. roundTrip does
+// the same on unstructured content from typed_kinds.json, the description
+// of client-go v0.36.6's Go types that TestTypedTableUpToDate generates.
+
+//go:embed typed_kinds.json
+var typedKindsJSON []byte
+
+type typeNode struct {
+	kind   string // s, p, l, m, string, bool, int, uint, float, bytes, time, microtime, quantity, intorstr, duration, raw
+	elem   int
+	fields []typeField
+	byName map[string]int // json name -> index in fields, inline fields flattened
+}
+
+type typeField struct {
+	name      string
+	typ       int
+	omitempty bool
+	inline    bool
+}
+
+var typedTable struct {
+	once  sync.Once
+	err   error
+	kinds map[string]int
+	nodes []typeNode
+}
+
+func loadTyped() error {
+	typedTable.once.Do(func() {
+		var raw struct {
+			Kinds map[string]int    `json:"kinds"`
+			Types []json.RawMessage `json:"types"`
+		}
+		if err := json.Unmarshal(typedKindsJSON, &raw); err != nil {
+			typedTable.err = fmt.Errorf("typed_kinds.json: %w", err)
+			return
+		}
+		typedTable.kinds = raw.Kinds
+		typedTable.nodes = make([]typeNode, len(raw.Types))
+		for i, t := range raw.Types {
+			var entry []json.RawMessage
+			if err := json.Unmarshal(t, &entry); err != nil || len(entry) == 0 {
+				typedTable.err = fmt.Errorf("typed_kinds.json: type %d: %v", i, err)
+				return
+			}
+			n := &typedTable.nodes[i]
+			_ = json.Unmarshal(entry[0], &n.kind)
+			switch n.kind {
+			case "p", "l", "m":
+				_ = json.Unmarshal(entry[1], &n.elem)
+			case "s":
+				for _, f := range entry[1:] {
+					var parts [3]json.RawMessage
+					if err := json.Unmarshal(f, &parts); err != nil {
+						typedTable.err = fmt.Errorf("typed_kinds.json: type %d: %v", i, err)
+						return
+					}
+					var tf typeField
+					var flags string
+					_ = json.Unmarshal(parts[0], &tf.name)
+					_ = json.Unmarshal(parts[1], &tf.typ)
+					_ = json.Unmarshal(parts[2], &flags)
+					tf.omitempty, tf.inline = strings.Contains(flags, "o"), strings.Contains(flags, "i")
+					n.fields = append(n.fields, tf)
+				}
+			}
+		}
+	})
+	return typedTable.err
+}
+
+// typedKind gives the table entry of a built-in kind; false for other kinds
+// (custom resources stay unstructured, as the apiserver keeps them).
+func typedKind(group, version, kind string) (int, bool) {
+	if loadTyped() != nil {
+		return 0, false
+	}
+	i, ok := typedTable.kinds[group+"/"+version+"/"+kind]
+	return i, ok
+}
+
+// roundTripObject is decode-into-the-Go-type-then-encode for a built-in
+// object (a no-op for other kinds). strict rejects unknown fields, as the
+// apiserver's strict decoding of a JSON patch's result does.
+func roundTripObject(obj map[string]any, group, version, kind string, strict bool) (map[string]any, error) {
+	i, ok := typedKind(group, version, kind)
+	if !ok || obj == nil {
+		return obj, nil
+	}
+	var unknown []string
+	out, err := roundTrip(obj, i, "", &unknown)
+	if err != nil {
+		return nil, err
+	}
+	if strict && len(unknown) > 0 {
+		for i := range unknown {
+			unknown[i] = fmt.Sprintf("unknown field %q", unknown[i])
+		}
+		return nil, fmt.Errorf("strict decoding error: %s", strings.Join(unknown, ", "))
+	}
+	m, _ := out.(map[string]any)
+	return m, nil
+}
+
+// structFields lists a struct's fields with the inline ones flattened.
+func structFields(t int) []typeField {
+	var out []typeField
+	for _, f := range typedTable.nodes[t].fields {
+		if f.inline && typedTable.nodes[f.typ].kind == "s" {
+			out = append(out, structFields(f.typ)...)
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// roundTrip gives v decoded into type t and encoded again; unknown collects
+// the paths of fields t does not have.
+func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
+	n := &typedTable.nodes[t]
+	switch n.kind {
+	case "s":
+		in, ok := v.(map[string]any)
+		if !ok && v != nil {
+			return nil, typeError(v, path, "object")
+		}
+		fields := structFields(t)
+		known := make(map[string]bool, len(fields))
+		out := make(map[string]any, len(fields))
+		for _, f := range fields {
+			known[f.name] = true
+			fv, present := in[f.name]
+			var val any
+			if present && fv != nil {
+				var err error
+				if val, err = roundTrip(fv, f.typ, join(path, f.name), unknown); err != nil {
+					return nil, err
+				}
+			} else {
+				val = zero(f.typ)
+			}
+			if f.omitempty && isEmpty(val, f.typ) {
+				continue
+			}
+			out[f.name] = val
+		}
+		if len(in) > len(known) || !allKnown(in, known) {
+			var extra []string
+			for k := range in {
+				if !known[k] {
+					extra = append(extra, join(path, k))
+				}
+			}
+			sort.Strings(extra)
+			*unknown = append(*unknown, extra...)
+		}
+		return out, nil
+	case "p":
+		if v == nil {
+			return nil, nil
+		}
+		return roundTrip(v, n.elem, path, unknown)
+	case "l":
+		if v == nil {
+			return nil, nil
+		}
+		in, ok := v.([]any)
+		if !ok {
+			return nil, typeError(v, path, "array")
+		}
+		out := make([]any, len(in))
+		for i, e := range in {
+			var err error
+			if e == nil {
+				out[i] = zero(n.elem)
+				continue
+			}
+			if out[i], err = roundTrip(e, n.elem, path, unknown); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case "m":
+		if v == nil {
+			return nil, nil
+		}
+		in, ok := v.(map[string]any)
+		if !ok {
+			return nil, typeError(v, path, "object")
+		}
+		out := make(map[string]any, len(in))
+		for k, e := range in {
+			if e == nil {
+				out[k] = zero(n.elem)
+				continue
+			}
+			var err error
+			if out[k], err = roundTrip(e, n.elem, join(path, k), unknown); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case "string":
+		if s, ok := v.(string); ok {
+			return s, nil
+		}
+		return nil, typeError(v, path, "string")
+	case "bool":
+		if b, ok := v.(bool); ok {
+			return b, nil
+		}
+		return nil, typeError(v, path, "bool")
+	case "int", "uint":
+		switch x := v.(type) {
+		case int64:
+			if n.kind == "uint" && x < 0 {
+				return nil, typeError(v, path, "number")
+			}
+			return x, nil
+		}
+		return nil, typeError(v, path, "number")
+	case "float":
+		switch x := v.(type) {
+		case int64:
+			return float64(x), nil
+		case float64:
+			return x, nil
+		}
+		return nil, typeError(v, path, "number")
+	case "bytes":
+		s, ok := v.(string)
+		if !ok {
+			return nil, typeError(v, path, "string")
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		return base64.StdEncoding.EncodeToString(b), nil
+	case "time", "microtime":
+		s, ok := v.(string)
+		if !ok {
+			return nil, typeError(v, path, "string")
+		}
+		layout := time.RFC3339
+		if n.kind == "microtime" {
+			layout = "2006-01-02T15:04:05.000000Z07:00"
+		}
+		if s == "" {
+			return nil, nil
+		}
+		tm, err := time.Parse(layout, s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		return tm.UTC().Format(layout), nil
+	case "quantity":
+		var q resource.Quantity
+		var err error
+		switch x := v.(type) {
+		case string:
+			q, err = resource.ParseQuantity(x)
+		case int64:
+			q = *resource.NewQuantity(x, resource.DecimalSI)
+		case float64:
+			q, err = resource.ParseQuantity(fmt.Sprint(x))
+		default:
+			return nil, typeError(v, path, "string")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		return q.String(), nil
+	case "intorstr":
+		switch x := v.(type) {
+		case string, int64:
+			return x, nil
+		case float64:
+			if x == math.Trunc(x) {
+				return int64(x), nil
+			}
+		}
+		return nil, typeError(v, path, "int or string")
+	case "duration":
+		s, ok := v.(string)
+		if !ok {
+			return nil, typeError(v, path, "string")
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		return d.String(), nil
+	}
+	return v, nil // raw
+}
+
+func allKnown(in map[string]any, known map[string]bool) bool {
+	for k := range in {
+		if !known[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func typeError(v any, path, want string) error {
+	return fmt.Errorf("json: cannot unmarshal %s into Go struct field %s of type %s", jsonTypeName(v), path, want)
+}
+
+func jsonTypeName(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "bool"
+	case int64, float64:
+		return "number"
+	}
+	return "null"
+}
+
+// zero is how a type's zero value encodes.
+func zero(t int) any {
+	n := &typedTable.nodes[t]
+	switch n.kind {
+	case "s":
+		out := map[string]any{}
+		for _, f := range structFields(t) {
+			val := zero(f.typ)
+			if f.omitempty && isEmpty(val, f.typ) {
+				continue
+			}
+			out[f.name] = val
+		}
+		return out
+	case "string":
+		return ""
+	case "bool":
+		return false
+	case "int", "uint":
+		return int64(0)
+	case "float":
+		return float64(0)
+	case "quantity":
+		return "0"
+	case "intorstr":
+		return int64(0)
+	case "duration":
+		return "0s"
+	}
+	return nil // pointers, lists, maps, bytes, times, raw
+}
+
+// isEmpty is encoding/json's omitempty test on the Go value behind an
+// encoded value of type t: structs (times, quantities included) are never empty.
+func isEmpty(v any, t int) bool {
+	switch typedTable.nodes[t].kind {
+	case "s", "time", "microtime", "quantity", "intorstr", "duration":
+		return false
+	case "p", "raw":
+		return v == nil
+	}
+	switch x := v.(type) {
+	case nil:
+		return true
+	case string:
+		return x == ""
+	case bool:
+		return !x
+	case int64:
+		return x == 0
+	case float64:
+		return x == 0
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
+}

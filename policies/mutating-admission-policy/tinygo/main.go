@@ -1,0 +1,108 @@
+// Command tinygo is the MutatingAdmissionPolicy module built on package
+// jsonengine (issue 31): the waPC guest of builtin://mutating-admission-policy
+// with the same settings and answers, built with TinyGo through
+// scripts/build-map-tinygo.sh (the dependencies patched at build time):
+//
+//	scripts/build-map-tinygo.sh -o map-tinygo.wasm policies/mutating-admission-policy/tinygo -- \
+//	    -target=wasip1 -buildmode=c-shared -scheduler=none -no-debug
+//
+// It also builds with standard Go (GOOS=wasip1 GOARCH=wasm go build
+// -buildmode=c-shared), which answers alike. It is not shipped yet: the
+// built-in stays the standard-Go module on package engine until test/mapdiff
+// passes unchanged on this one (TOLLGATE_MAP_MODULE=... go test ./test/mapdiff).
+package main
+
+import (
+	// First: k8s.io/klog's init needs os.Args[0], which waPC hosts leave empty.
+	_ "github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/internal/argv0"
+
+	"context"
+	"sync"
+
+	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/jsonengine"
+	"github.com/tollgate-dev/tollgate/sdk/guest"
+	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
+)
+
+func init() {
+	guest.RegisterFunctions(map[string]guest.Function{
+		"validate":          validate,
+		"validate_settings": validateSettings,
+	})
+}
+
+func main() {}
+
+// compiled caches the engines by their settings bytes: the host sends the
+// settings with every call and may share an instance between policies.
+// Bounded at maxCachedSettings (the oldest half is dropped past it).
+var compiled struct {
+	sync.Mutex
+	engines map[string]*jsonengine.Engine
+	order   []string
+}
+
+const maxCachedSettings = 64
+
+func engineFor(settings []byte) (*jsonengine.Engine, error) {
+	compiled.Lock()
+	defer compiled.Unlock()
+	if e, ok := compiled.engines[string(settings)]; ok {
+		return e, nil
+	}
+	e, err := jsonengine.Compile(settings)
+	if err != nil {
+		return nil, err
+	}
+	if compiled.engines == nil {
+		compiled.engines = map[string]*jsonengine.Engine{}
+	}
+	if len(compiled.order) >= maxCachedSettings {
+		for _, k := range compiled.order[:maxCachedSettings/2] {
+			delete(compiled.engines, k)
+		}
+		compiled.order = append([]string(nil), compiled.order[maxCachedSettings/2:]...)
+	}
+	compiled.engines[string(settings)] = e
+	compiled.order = append(compiled.order, string(settings))
+	return e, nil
+}
+
+func validateSettings(payload []byte) ([]byte, error) {
+	if _, err := engineFor(payload); err != nil {
+		return kubewarden.RejectSettings(kubewarden.Message(err.Error()))
+	}
+	return kubewarden.AcceptSettings()
+}
+
+func validate(payload []byte) ([]byte, error) {
+	var raw rawSettings
+	req, err := kubewarden.ParseValidationRequest(payload, &raw)
+	if err != nil {
+		return nil, err
+	}
+	e, err := engineFor(raw)
+	if err != nil {
+		return nil, err
+	}
+	res, err := e.Evaluate(context.Background(), &req)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !res.Accepted:
+		return kubewarden.RejectRequest(kubewarden.Message(res.Message), kubewarden.Code(res.Code))
+	case res.Object != nil:
+		return kubewarden.MutateRequest(res.Object)
+	default:
+		return kubewarden.AcceptRequest()
+	}
+}
+
+// rawSettings keeps the settings' bytes as they came (the cache key).
+type rawSettings []byte
+
+func (r *rawSettings) UnmarshalJSON(b []byte) error {
+	*r = append((*r)[:0], b...)
+	return nil
+}
