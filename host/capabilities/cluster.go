@@ -12,7 +12,7 @@ import (
 // gatekeeper) the objects of the Kubernetes resources it may read. Such a
 // module never calls the host: Kubewarden's host lists every object of each
 // granted resource before an evaluation and hands the module the result as
-// data (data.kubernetes for opa, data.inventory for gatekeeper; host/policy
+// data (data.kubernetes for opa, data.inventory for gatekeeper; host/opa
 // builds them). Cluster makes those requests the way Kubewarden does, so
 // that record and replay hold what kwctl would: per evaluation one
 // KubernetesListResourceAll per resource, ordered by apiVersion then kind

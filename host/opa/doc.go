@@ -19,8 +19,16 @@
 // offers them, with Kubewarden's sprintf (every number argument converted to
 // an integer).
 //
-// This package must not know about Kubernetes, admission requests, policy
-// settings or Kubewarden's wire types: it moves JSON documents (input, data,
-// result) in and out of a Rego module and classifies failures with
-// host/wasm's sentinel errors.
+// Evaluator (evaluator.go) is the opa and gatekeeper execution modes of a
+// policy, an eval.Evaluator (host/policy/eval) that host/policy builds: the
+// input and the answer shaped as Kubewarden shapes them for each mode, and,
+// for a context-aware policy, the objects of the resources it is granted put
+// in its data before each evaluation (cluster.go: data.kubernetes for opa,
+// data.inventory for gatekeeper).
+//
+// This package must not know about HTTP, the Kubernetes API (objects come
+// from host/capabilities), Kubewarden's waPC wire protocol or the other
+// execution modes; apart from evaluator.go and cluster.go it moves JSON
+// documents (input, data, result) in and out of a Rego module and
+// classifies failures with host/wasm's sentinel errors.
 package opa

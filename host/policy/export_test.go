@@ -2,8 +2,8 @@ package policy
 
 // ClusterBuilds is how many data documents a context-aware Rego policy built.
 func ClusterBuilds(p *Policy) int64 {
-	if p.rego == nil || p.rego.cluster == nil {
-		return 0
+	if c, ok := p.ev.(interface{ ClusterBuilds() int64 }); ok {
+		return c.ClusterBuilds()
 	}
-	return p.rego.cluster.builds.Load()
+	return 0
 }

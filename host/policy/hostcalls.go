@@ -3,18 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
-
-	"github.com/tollgate-dev/tollgate/host/wasm"
 )
-
-// withHostCalls attaches this policy's host-call handler to ctx. The handler
-// value is made once at load, not per request.
-func (p *Policy) withHostCalls(ctx context.Context) context.Context {
-	if p.inlineHostCalls {
-		return wasm.WithInlineHostCallHandler(ctx, p.hostHandler)
-	}
-	return wasm.WithHostCallHandler(ctx, p.hostHandler)
-}
 
 // handleHostCall answers the host calls a policy makes: logging is always
 // allowed; everything else goes to Spec.HostCalls or gets a clear error.

@@ -1,12 +1,10 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/host/metadata"
-	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 )
 
@@ -69,18 +67,4 @@ func isRego(module []byte) bool {
 		}
 	}
 	return false
-}
-
-// hintWasi adds a hint to the error of a module compiled as waPC that is a
-// WASI command (it exports _start but not __guest_call): without metadata it
-// needs -e wasi, as with kwctl.
-func hintWasi(err error, module []byte) error {
-	if !errors.Is(err, wasm.ErrNotWapc) {
-		return err
-	}
-	exports, xerr := wasmbin.Exports(module)
-	if xerr != nil || !wasmbin.HasFuncExport(exports, "_start") {
-		return err
-	}
-	return fmt.Errorf("%w; it exports _start: a WASI command runs with executionMode wasi (-e wasi, or executionMode: wasi in its metadata)", err)
 }

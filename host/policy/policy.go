@@ -8,26 +8,25 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/capabilities"
 	"github.com/tollgate-dev/tollgate/host/metadata"
+	"github.com/tollgate-dev/tollgate/host/opa"
+	"github.com/tollgate-dev/tollgate/host/policy/eval"
+	"github.com/tollgate-dev/tollgate/host/wapc"
 	"github.com/tollgate-dev/tollgate/host/wasi"
 	"github.com/tollgate-dev/tollgate/host/wasm"
-	"github.com/tollgate-dev/tollgate/sdk/fastjson"
-	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
 var (
 	// ErrInvalidSettings: the policy rejected its settings (the message is the policy's).
-	ErrInvalidSettings = errors.New("settings rejected by the policy")
+	ErrInvalidSettings = eval.ErrInvalidSettings
 	// ErrSettingsNotObject: settings must be a JSON object (or empty).
 	ErrSettingsNotObject = errors.New("settings must be a JSON object")
 	// ErrInvalidResponse: the policy answered something that is not a valid ValidationResponse.
-	ErrInvalidResponse = errors.New("invalid policy response")
+	ErrInvalidResponse = eval.ErrInvalidResponse
 	// ErrUnsupportedModule: the module's execution mode is not one tollgate runs.
 	ErrUnsupportedModule = errors.New("unsupported policy module")
 	// ErrNotRaw / ErrRaw: a raw request to a Kubernetes policy, or the reverse.
@@ -76,12 +75,10 @@ type Host struct {
 	logger     *slog.Logger
 	logDropped func(policy string)
 
-	mu     sync.Mutex
-	shared map[sharedKey]*sharedPool
+	// wapc runs kubewarden-wapc policies and keeps their shared pools.
+	wapc *wapc.Host
 
 	trim *trimmer
-	// recycle is HostOptions.InstanceRecycleGrowth as a PoolConfig.RecycleGrowth.
-	recycle uint64
 }
 
 // NewHost creates a Host.
@@ -96,14 +93,15 @@ func NewHost(ctx context.Context, o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Host{engine: e, logger: logger, logDropped: o.GuestLogDropped, shared: map[sharedKey]*sharedPool{}, trim: newTrimmer()}
+	// recycle is HostOptions.InstanceRecycleGrowth as a PoolConfig.RecycleGrowth.
+	var recycle uint64
 	switch {
 	case o.InstanceRecycleGrowth == 0:
-		h.recycle = wasm.DefaultRecycleGrowth
+		recycle = wasm.DefaultRecycleGrowth
 	case o.InstanceRecycleGrowth > 0:
-		h.recycle = uint64(o.InstanceRecycleGrowth)
+		recycle = uint64(o.InstanceRecycleGrowth)
 	}
-	return h, nil
+	return &Host{engine: e, logger: logger, logDropped: o.GuestLogDropped, wapc: wapc.NewHost(e, recycle), trim: newTrimmer()}, nil
 }
 
 // Modules is how many distinct compiled modules the host holds (policies
@@ -204,31 +202,15 @@ type Spec struct {
 
 // Policy is a loaded policy, safe for concurrent evaluations.
 type Policy struct {
-	id   string
-	md   *metadata.Metadata
-	mod  *wasm.Module
-	pool *wasm.Pool
-	// wasi is the module of an executionMode wasi policy (mod and pool are nil).
-	wasi      *wasi.Module
-	aheadSize int
-	digest    string
-	settings  json.RawMessage
-	timeout   time.Duration
-	maxResp   int
-	hostCall  wasm.HostCallHandler
-	// hostHandler is p.handleHostCall, bound once.
-	hostHandler wasm.HostCallHandler
-	// inlineHostCalls: Spec.HostCallsInline.
-	inlineHostCalls bool
-	logger          *slog.Logger
-	guestLog        guestLog
-	// shared is the pool the policy shares with others (Spec.ShareInstances),
-	// nil when pool is its own; leave gives it back on Close.
-	shared *sharedPool
-	leave  sync.Once
-
-	// rego is the module of an executionMode opa or gatekeeper policy (opa.go).
-	rego *regoPolicy
+	id       string
+	md       *metadata.Metadata
+	settings json.RawMessage
+	timeout  time.Duration
+	hostCall wasm.HostCallHandler
+	logger   *slog.Logger
+	guestLog guestLog
+	// ev runs the module in the policy's execution mode.
+	ev eval.Evaluator
 }
 
 // Load compiles the module (or reuses it), starts an instance, and validates
@@ -250,61 +232,53 @@ func (h *Host) Load(ctx context.Context, s Spec) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}
-	if mode == metadata.ExecutionModeWasi {
-		return h.loadWasi(ctx, h.newPolicy(s, md, settings), s)
-	}
-	if isRegoMode(mode) {
-		return h.loadRego(ctx, h.newPolicy(s, md, settings), s, mode)
-	}
-	mod, err := h.engine.Compile(ctx, s.Module, wasm.ModuleConfig{MemoryLimitBytes: s.MemoryLimitBytes, Digest: s.Digest})
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", s.ID, hintWasi(err, s.Module))
-	}
-	size := s.PoolSize
-	if size <= 0 {
-		size = runtime.GOMAXPROCS(0)
-	}
 	p := h.newPolicy(s, md, settings)
-	p.mod = mod
-	if s.ShareInstances {
-		sp, err := h.acquirePool(p.withHostCalls(ctx), mod, size, s.ShareGroup)
-		if err != nil {
-			mod.Release()
-			return nil, fmt.Errorf("policy %s: %w", s.ID, err)
-		}
-		p.pool, p.shared = sp.pool, sp
-	} else {
-		// The start of an instance (start function, _initialize) is bounded
-		// like an evaluation, but by no less than wasm.DefaultStartTimeout:
-		// a standard-Go module's runtime start takes a while on a busy node.
-		pool, err := mod.NewPoolConfig(p.withHostCalls(ctx), wasm.PoolConfig{Size: size, RecycleGrowth: h.recycle, StartTimeout: max(p.timeout, wasm.DefaultStartTimeout)})
-		if err != nil {
-			mod.Release()
-			return nil, fmt.Errorf("policy %s: %w", s.ID, err)
-		}
-		p.pool = pool
+	if p.ev, err = h.evaluator(ctx, p, s, mode); err != nil {
+		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}
-	if err := p.validateSettings(ctx); err != nil {
+	if err := p.ev.ValidateSettings(ctx); err != nil {
 		p.Close(ctx)
 		return nil, fmt.Errorf("policy %s: %w", s.ID, err)
 	}
 	return p, nil
 }
 
+// evaluator builds the policy's evaluator in its execution mode, each mode
+// in its own package (host/policy/eval).
+func (h *Host) evaluator(ctx context.Context, p *Policy, s Spec, mode string) (eval.Evaluator, error) {
+	size := s.PoolSize
+	if size <= 0 {
+		size = runtime.GOMAXPROCS(0)
+	}
+	maxResp := s.MaxResponseBytes
+	if maxResp <= 0 {
+		maxResp = DefaultMaxResponseBytes
+	}
+	cfg := eval.Config{
+		ID: s.ID, Module: s.Module, Digest: s.Digest, Settings: p.settings,
+		Timeout: p.timeout, MaxResponseBytes: maxResp,
+		MemoryLimitBytes: s.MemoryLimitBytes, PoolSize: size, Logger: p.logger,
+		HostCalls: p.handleHostCall, InlineHostCalls: s.HostCalls != nil && s.HostCallsInline,
+	}
+	switch mode {
+	case metadata.ExecutionModeWasi:
+		return wasi.Load(ctx, h.engine, cfg)
+	case metadata.ExecutionModeOPA, metadata.ExecutionModeGatekeeper:
+		return opa.Load(ctx, h.engine, cfg, mode, s.Cluster)
+	default:
+		return h.wapc.Load(ctx, cfg, s.ShareInstances, s.ShareGroup)
+	}
+}
+
 func (h *Host) newPolicy(s Spec, md *metadata.Metadata, settings json.RawMessage) *Policy {
 	p := &Policy{
-		id: s.ID, md: md, settings: settings, digest: s.Digest,
-		timeout: s.Timeout, maxResp: s.MaxResponseBytes, hostCall: s.HostCalls,
+		id: s.ID, md: md, settings: settings,
+		timeout: s.Timeout, hostCall: s.HostCalls,
 		logger: h.logger.With("policy", s.ID),
 	}
 	p.guestLog = newGuestLog(h.logDropped)
-	p.hostHandler = p.handleHostCall
-	p.inlineHostCalls = s.HostCalls != nil && s.HostCallsInline
 	if p.timeout <= 0 {
 		p.timeout = DefaultTimeout
-	}
-	if p.maxResp <= 0 {
-		p.maxResp = DefaultMaxResponseBytes
 	}
 	return p
 }
@@ -328,25 +302,6 @@ func NormalizeSettings(s json.RawMessage) (json.RawMessage, error) {
 	return buf.Bytes(), nil
 }
 
-func (p *Policy) validateSettings(ctx context.Context) error {
-	out, _, err := p.call(ctx, "validate_settings", p.settings)
-	if err != nil {
-		return fmt.Errorf("validate_settings: %w", err)
-	}
-	var r protocol.SettingsValidationResponse
-	if err := json.Unmarshal(out, &r); err != nil {
-		return fmt.Errorf("validate_settings: %w: %v (answer %.120q)", ErrInvalidResponse, err, out)
-	}
-	if !r.Valid {
-		msg := "no reason given"
-		if r.Message != nil && *r.Message != "" {
-			msg = *r.Message
-		}
-		return fmt.Errorf("%w: %s", ErrInvalidSettings, msg)
-	}
-	return nil
-}
-
 // ID is the policy's id.
 func (p *Policy) ID() string { return p.id }
 
@@ -354,12 +309,7 @@ func (p *Policy) ID() string { return p.id }
 func (p *Policy) Metadata() *metadata.Metadata { return p.md }
 
 // Digest is the module's sha256 digest.
-func (p *Policy) Digest() string {
-	if p.mod != nil {
-		return p.mod.Digest()
-	}
-	return p.digest
-}
+func (p *Policy) Digest() string { return p.ev.Digest() }
 
 // Settings is the normalized settings JSON.
 func (p *Policy) Settings() json.RawMessage { return p.settings }
@@ -370,89 +320,40 @@ func (p *Policy) Timeout() time.Duration { return p.timeout }
 // Instances is how many instances are alive now, and the most the pool keeps
 // (of the shared pool for a policy with Spec.ShareInstances). For a wasi
 // policy: the instances kept started ahead of demand.
-func (p *Policy) Instances() (live, size int) {
-	if p.wasi != nil {
-		return p.aheadSize, p.aheadSize
-	}
-	if p.rego != nil {
-		return p.rego.mod.Live(), p.rego.mod.Size()
-	}
-	return p.pool.Live(), p.pool.Size()
-}
+func (p *Policy) Instances() (live, size int) { return p.ev.Instances() }
 
 // InstanceMemory is the linear memory of the policy's live waPC instances
 // (of the shared pool for a policy with Spec.ShareInstances), in bytes; 0
 // for other modes.
 func (p *Policy) InstanceMemory() int64 {
-	if p.pool == nil {
-		return 0
+	if m, ok := p.ev.(eval.MemoryReporter); ok {
+		return m.InstanceMemory()
 	}
-	return p.pool.MemoryBytes()
+	return 0
 }
 
 // Close stops the policy's instances and releases its module.
-func (p *Policy) Close(ctx context.Context) {
-	if p.wasi != nil {
-		_ = p.wasi.Close(ctx)
-		return
-	}
-	if p.rego != nil {
-		_ = p.rego.mod.Close(ctx)
-		return
-	}
-	if p.shared != nil {
-		// Only the first Close gives back the policy's place in the pool.
-		p.leave.Do(func() { p.shared.host.releasePool(ctx, p.shared) })
-	} else {
-		p.pool.Close(ctx)
-	}
-	p.mod.Release()
-}
+func (p *Policy) Close(ctx context.Context) { p.ev.Close(ctx) }
 
 // SharesInstances reports whether the policy's instances come from a pool
 // shared with other policies (Spec.ShareInstances).
-func (p *Policy) SharesInstances() bool { return p.shared != nil }
+func (p *Policy) SharesInstances() bool {
+	s, ok := p.ev.(eval.Sharer)
+	return ok && s.SharesInstances()
+}
+
+// Mode is the policy's execution mode (kubewarden-wapc, wasi, opa or gatekeeper).
+func (p *Policy) Mode() string { return p.ev.Mode() }
 
 // Result is a policy's answer to one request.
-type Result struct {
-	Response protocol.ValidationResponse
-	// Patch is the RFC 6902 JSONPatch from the request object to
-	// mutated_object, nil when the policy did not mutate.
-	Patch []byte
-	// Duration is the whole evaluation: encoding, the guest call, decoding and diff.
-	Duration time.Duration
-	// GuestDuration is the part spent in the guest call (waiting for an instance included).
-	GuestDuration time.Duration
-	// StartDuration is the part of GuestDuration a wasi policy spent starting
-	// its module (Go runtime start, package init); zero when the instance was
-	// started ahead of demand, and for waPC policies.
-	StartDuration time.Duration
-}
-
-// Verdict converts the result for admission.FromVerdict.
-func (r *Result) Verdict() admission.Verdict {
-	v := admission.Verdict{
-		Accepted: r.Response.Accepted, Patch: r.Patch,
-		Warnings: r.Response.Warnings, AuditAnnotations: r.Response.AuditAnnotations,
-	}
-	if r.Response.Message != nil {
-		v.Message = *r.Response.Message
-	}
-	if r.Response.Code != nil {
-		v.Code = int32(*r.Response.Code)
-	}
-	return v
-}
+type Result = eval.Result
 
 // Evaluate runs a parsed AdmissionRequest through a Kubernetes policy.
 func (p *Policy) Evaluate(ctx context.Context, req *admission.Request) (*Result, error) {
 	if p.md.IsRaw() {
 		return nil, fmt.Errorf("policy %s: %w: it is a raw policy (policyType: raw); send the request to the raw endpoint", p.id, ErrWrongPolicyType)
 	}
-	if p.rego != nil {
-		return p.evaluateRego(ctx, req.Raw, false)
-	}
-	return p.evaluate(ctx, req.Raw, req.Object)
+	return p.ev.Evaluate(ctx, eval.Request{Request: req.Raw, Object: req.Object})
 }
 
 // Validate parses an AdmissionRequest (or AdmissionReview) and evaluates it.
@@ -471,119 +372,9 @@ func (p *Policy) ValidateRaw(ctx context.Context, request []byte) (*Result, erro
 		return nil, err
 	}
 	request = bytes.TrimSpace(request)
-	if p.rego != nil {
-		return p.evaluateRego(ctx, request, true)
-	}
-	return p.evaluate(ctx, request, request)
+	return p.ev.Evaluate(ctx, eval.Request{Request: request, Object: request, Raw: true})
 }
 
-func (p *Policy) evaluate(ctx context.Context, request, object []byte) (*Result, error) {
-	start := time.Now()
-	buf := payloads.Get().(*[]byte)
-	payload := p.appendPayload((*buf)[:0], request)
-	callStart := time.Now()
-	out, startCost, err := p.call(ctx, "validate", payload)
-	guest := time.Since(callStart)
-	if p.wasi == nil && cap(payload) <= maxPooledPayload {
-		// A waPC call has copied the payload into the guest by the time it
-		// returns (a wasi run may still be reading its stdin after a deadline).
-		*buf = payload
-		payloads.Put(buf)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("policy %s: %w", p.id, err)
-	}
-	res := &Result{GuestDuration: guest, StartDuration: startCost}
-	defer func() { res.Duration = time.Since(start) }()
-	if err := p.decide(res, object, out); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// payloads are ValidationRequest buffers reused from one waPC evaluation to
-// the next (the request's size in garbage per request otherwise); buffers
-// grown past maxPooledPayload are left to the collector.
-var payloads = sync.Pool{New: func() any { return new([]byte) }}
-
-const maxPooledPayload = 256 << 10
-
-// appendPayload appends the ValidationRequest to dst: the request's bytes and
-// the settings spliced into {"request":...,"settings":...}, nothing decoded.
-func (p *Policy) appendPayload(dst, request []byte) []byte {
-	payload := slices.Grow(dst, len(request)+len(p.settings)+26)
-	payload = append(payload, `{"request":`...)
-	payload = append(payload, request...)
-	payload = append(payload, `,"settings":`...)
-	payload = append(payload, p.settings...)
-	return append(payload, '}')
-}
-
-// decide turns the policy's answer into res.Response and res.Patch.
-func (p *Policy) decide(res *Result, object, out []byte) error {
-	if len(out) > p.maxResp {
-		return fmt.Errorf("policy %s: %w: the answer is %d bytes, the limit is %d", p.id, ErrInvalidResponse, len(out), p.maxResp)
-	}
-	// The fast path decodes the answer without encoding/json's pass over
-	// mutated_object; on anything unusual, and on every error, the reference
-	// path runs on the same answer so that results and errors are its own.
-	if object != nil {
-		x := answerIndexes.Get().(*fastjson.Index)
-		mo, ok := decodeResponseFast(out, &res.Response, x)
-		ok = ok && p.answer(res, object, out, false, scanned{x, mo}) == nil
-		if cap(x.Len) <= maxPooledPayload {
-			answerIndexes.Put(x)
-		}
-		if ok {
-			return nil
-		}
-	}
-	res.Response, res.Patch = protocol.ValidationResponse{}, nil
-	return p.answer(res, object, out, true, scanned{})
-}
-
-// answerIndexes are the indexes decodeResponseFast fills with mutated_object
-// for the diff, reused from one evaluation to the next.
-var answerIndexes = sync.Pool{New: func() any { return new(fastjson.Index) }}
-
-// scanned is where decodeResponseFast found mutated_object in the answer
-// (at mo[0]:mo[1], indexed by x); mo[1] is 0 when it did not index it.
-type scanned struct {
-	x  *fastjson.Index
-	mo [2]int
-}
-
-// answer checks a decoded ValidationResponse and diffs its mutated_object
-// against object. With decode set it first decodes out with json.Unmarshal
-// (the reference); without, res.Response was decoded by decodeResponseFast.
-func (p *Policy) answer(res *Result, object, out []byte, decode bool, sc scanned) error {
-	if decode {
-		if err := json.Unmarshal(out, &res.Response); err != nil {
-			return fmt.Errorf("policy %s: %w: not a ValidationResponse: %v (answer %.120q)", p.id, ErrInvalidResponse, err, out)
-		}
-	}
-	if mo := bytes.TrimSpace(res.Response.MutatedObject); len(mo) > 0 && string(mo) != "null" {
-		if mo[0] != '{' {
-			return fmt.Errorf("policy %s: %w: mutated_object must be a JSON object, got %.60s", p.id, ErrInvalidResponse, mo)
-		}
-		if !res.Response.Accepted {
-			return fmt.Errorf("policy %s: %w: a rejection must not carry a mutated_object", p.id, ErrInvalidResponse)
-		}
-		if object != nil {
-			var patch []byte
-			var err error
-			if sc.mo[1] > 0 {
-				patch, err = admission.DiffIndexed(object, out, sc.x, sc.mo[0], sc.mo[1])
-			} else {
-				patch, err = admission.Diff(object, mo)
-			}
-			if err != nil {
-				return fmt.Errorf("policy %s: %w: mutated_object: %v", p.id, ErrInvalidResponse, err)
-			}
-			res.Patch = patch
-		}
-	} else {
-		res.Response.MutatedObject = nil
-	}
-	return nil
-}
+// SharedPools is how many instance pools are shared by policies now (see
+// Spec.ShareInstances).
+func (h *Host) SharedPools() int { return h.wapc.SharedPools() }

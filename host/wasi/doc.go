@@ -14,7 +14,13 @@
 // the instance continues it from there with its stdin. What the guest sees is
 // the same argv, stdin and host answers as a fresh instance would.
 //
-// This package must not know about HTTP, Kubernetes, admission or Kubewarden's
-// wire types: it moves bytes in and out of commands and classifies failures
-// with host/wasm's sentinel errors.
+// Evaluator (evaluator.go) is the wasi execution mode of a policy, an
+// eval.Evaluator (host/policy/eval) that host/policy builds: it runs the
+// command with Kubewarden's argv (validate, validate-settings) and turns a
+// non-zero exit into a rejection (or invalid settings) with stderr as the
+// message, as Kubewarden's policy-evaluator does.
+//
+// This package must not know about HTTP, Kubernetes, admission or the other
+// execution modes; apart from evaluator.go it moves bytes in and out of
+// commands and classifies failures with host/wasm's sentinel errors.
 package wasi

@@ -77,7 +77,7 @@ type Request struct {
 	Name string
 	// Parsed is the request as host/policy's Evaluate takes it.
 	Parsed *admission.Request
-	// Payload is the ValidationRequest the guest receives, built as host/policy
+	// Payload is the ValidationRequest the guest receives, built as host/policy/eval
 	// builds it: {"request":<request>,"settings":<settings>}.
 	Payload []byte
 }

@@ -1,4 +1,4 @@
-package policy
+package eval
 
 import (
 	"bytes"
@@ -108,7 +108,7 @@ func BenchmarkHostWork(b *testing.B) {
 		b.Fatal(err)
 	}
 	reencoded, _ := json.Marshal(v)
-	p := &Policy{id: "bench", settings: json.RawMessage(`{}`), maxResp: DefaultMaxResponseBytes}
+	c := &Config{ID: "bench", Settings: json.RawMessage(`{}`), MaxResponseBytes: 16 << 20}
 	for _, bc := range []struct {
 		name   string
 		object []byte
@@ -117,9 +117,9 @@ func BenchmarkHostWork(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				_ = p.appendPayload(nil, req.Raw)
+				_ = c.appendPayload(nil, req.Raw)
 				var res Result
-				if err := p.decide(&res, req.Object, out); err != nil || res.Patch == nil {
+				if err := c.decide(&res, req.Object, out); err != nil || res.Patch == nil {
 					b.Fatal(err)
 				}
 			}

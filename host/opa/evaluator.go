@@ -1,4 +1,4 @@
-package policy
+package opa
 
 import (
 	"bytes"
@@ -7,55 +7,84 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/host/capabilities"
 	"github.com/tollgate-dev/tollgate/host/metadata"
-	"github.com/tollgate-dev/tollgate/host/opa"
+	"github.com/tollgate-dev/tollgate/host/policy/eval"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
-// regoPolicy is the module of an executionMode opa or gatekeeper policy.
-type regoPolicy struct {
-	mod  *opa.Module
-	mode string // metadata.ExecutionModeOPA or metadata.ExecutionModeGatekeeper
+// Evaluator is the opa or the gatekeeper execution mode of a policy: the
+// same Rego module runner, with the input and the answer shaped as
+// Kubewarden shapes them for each (evaluate).
+type Evaluator struct {
+	cfg    eval.Config
+	mod    *Module
+	mode   string // metadata.ExecutionModeOPA or metadata.ExecutionModeGatekeeper
+	digest string
 	// cluster builds the data of a context-aware policy (nil: none).
 	cluster *clusterData
 }
 
-// loadRego loads a policy of executionMode opa or gatekeeper (host/opa): a
-// pool of PoolSize instances, each with the data document loaded once (the
-// settings for opa, {} for gatekeeper). Kubewarden does not validate the
-// settings of Rego policies: they are always valid.
-func (h *Host) loadRego(ctx context.Context, p *Policy, s Spec, mode string) (*Policy, error) {
-	size := s.PoolSize
-	if size <= 0 {
-		size = runtime.GOMAXPROCS(0)
-	}
+var _ eval.Evaluator = (*Evaluator)(nil)
+
+// Load loads a policy of executionMode opa or gatekeeper: a pool of
+// cfg.PoolSize instances, each with the data document loaded once (the
+// settings for opa, {} for gatekeeper). cluster gives the objects of the
+// resources the policy is granted, put in its data before each evaluation
+// (data.kubernetes for opa, data.inventory for gatekeeper); nil or no
+// resource: no cluster data.
+func Load(ctx context.Context, engine *wasm.Engine, cfg eval.Config, mode string, cluster *capabilities.Cluster) (*Evaluator, error) {
 	data := []byte("{}")
 	if mode == metadata.ExecutionModeOPA {
-		data = p.settings
+		data = cfg.Settings
 	}
-	mod, err := opa.Compile(ctx, h.engine.CompilationCache(), s.Module, opa.Config{
-		MemoryLimitBytes: s.MemoryLimitBytes, MaxOutputBytes: p.maxResp,
-		PoolSize: size, Data: data, Logger: p.logger,
+	mod, err := Compile(ctx, engine.CompilationCache(), cfg.Module, Config{
+		MemoryLimitBytes: cfg.MemoryLimitBytes, MaxOutputBytes: cfg.MaxResponseBytes,
+		PoolSize: cfg.PoolSize, Data: data, Logger: cfg.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("policy %s: executionMode %s: %w", s.ID, mode, err)
+		return nil, fmt.Errorf("executionMode %s: %w", mode, err)
 	}
-	p.rego = &regoPolicy{mod: mod, mode: mode}
-	if s.Cluster != nil && len(s.Cluster.Resources()) > 0 {
-		if p.rego.cluster, err = newClusterData(s.Cluster, mode, p.settings); err != nil {
+	e := &Evaluator{cfg: cfg, mod: mod, mode: mode, digest: cfg.Digest}
+	if cluster != nil && len(cluster.Resources()) > 0 {
+		if e.cluster, err = newClusterData(cluster, mode, cfg.Settings); err != nil {
 			_ = mod.Close(ctx)
-			return nil, fmt.Errorf("policy %s: %w", s.ID, err)
+			return nil, err
 		}
 	}
-	if p.digest == "" {
-		p.digest = wasm.Digest(s.Module)
+	if e.digest == "" {
+		e.digest = wasm.Digest(cfg.Module)
 	}
-	return p, nil
+	return e, nil
+}
+
+// Mode is opa or gatekeeper.
+func (e *Evaluator) Mode() string { return e.mode }
+
+// Digest is the module's digest.
+func (e *Evaluator) Digest() string { return e.digest }
+
+// ValidateSettings accepts any settings: Kubewarden does not validate the
+// settings of Rego policies.
+func (e *Evaluator) ValidateSettings(context.Context) error { return nil }
+
+// Instances is how many instances are alive now, and the most kept.
+func (e *Evaluator) Instances() (live, size int) { return e.mod.Live(), e.mod.Size() }
+
+// Close stops the instances and releases the module.
+func (e *Evaluator) Close(ctx context.Context) { _ = e.mod.Close(ctx) }
+
+// ClusterBuilds is how many data documents a context-aware policy built
+// (tests, benchmarks).
+func (e *Evaluator) ClusterBuilds() int64 {
+	if e.cluster == nil {
+		return 0
+	}
+	return e.cluster.builds.Load()
 }
 
 // Rejection texts, as Kubewarden's policy-evaluator gives them.
@@ -65,21 +94,22 @@ const (
 	msgClusterData   = "cannot build the Kubernetes context of the policy"
 )
 
-// evaluateRego evaluates a request with a Rego policy, shaping input and
-// output as Kubewarden does: opa gets {"request": R} and answers an
-// AdmissionResponse in result.response; gatekeeper gets {"parameters":
-// settings, "review": R} and answers a list of violations [{"msg": ...}].
-func (p *Policy) evaluateRego(ctx context.Context, request []byte, raw bool) (*Result, error) {
+// Evaluate evaluates a request, shaping input and output as Kubewarden
+// does: opa gets {"request": R} and answers an AdmissionResponse in
+// result.response; gatekeeper gets {"parameters": settings, "review": R}
+// and answers a list of violations [{"msg": ...}].
+func (e *Evaluator) Evaluate(ctx context.Context, req eval.Request) (*eval.Result, error) {
 	start := time.Now()
+	request := req.Request
 	var input []byte
-	switch p.rego.mode {
+	switch e.mode {
 	case metadata.ExecutionModeGatekeeper:
-		if raw {
+		if req.Raw {
 			return rejected(start, msgGatekeeperRaw, 500), nil
 		}
-		input = make([]byte, 0, len(request)+len(p.settings)+28)
+		input = make([]byte, 0, len(request)+len(e.cfg.Settings)+28)
 		input = append(input, `{"parameters":`...)
-		input = append(input, p.settings...)
+		input = append(input, e.cfg.Settings...)
 		input = append(input, `,"review":`...)
 		input = appendCompact(input, request)
 		input = append(input, '}')
@@ -89,34 +119,34 @@ func (p *Policy) evaluateRego(ctx context.Context, request []byte, raw bool) (*R
 		input = appendCompact(input, request)
 		input = append(input, '}')
 	}
-	var data *opa.Data
-	timeout := p.timeout
-	if p.rego.cluster != nil {
+	var data *Data
+	timeout := e.cfg.Timeout
+	if e.cluster != nil {
 		// The lists and the guest share the evaluation's deadline.
-		deadline := start.Add(p.timeout)
+		deadline := start.Add(e.cfg.Timeout)
 		dctx, cancel := context.WithDeadline(ctx, deadline)
 		var err error
-		data, err = p.rego.cluster.data(dctx)
+		data, err = e.cluster.data(dctx)
 		cancel()
 		if err != nil {
-			p.logger.Error("cannot build the Kubernetes data of a context-aware Rego policy", "error", err)
+			e.cfg.Logger.Error("cannot build the Kubernetes data of a context-aware Rego policy", "error", err)
 			return rejected(start, msgClusterData+": "+err.Error(), 500), nil
 		}
 		if timeout = time.Until(deadline); timeout <= 0 {
-			return nil, fmt.Errorf("policy %s: %w after %s: building the Kubernetes data took the whole evaluation time", p.id, wasm.ErrTimeout, p.timeout)
+			return nil, fmt.Errorf("policy %s: %w after %s: building the Kubernetes data took the whole evaluation time", e.cfg.ID, wasm.ErrTimeout, e.cfg.Timeout)
 		}
 	}
 	callStart := time.Now()
-	out, err := p.rego.mod.Eval(ctx, timeout, input, data)
+	out, err := e.mod.Eval(ctx, timeout, input, data)
 	guest := time.Since(callStart)
 	if err != nil {
-		if errors.Is(err, opa.ErrOutputLimit) {
-			err = fmt.Errorf("%w: %w", ErrInvalidResponse, err)
+		if errors.Is(err, ErrOutputLimit) {
+			err = fmt.Errorf("%w: %w", eval.ErrInvalidResponse, err)
 		}
-		return nil, fmt.Errorf("policy %s: %w", p.id, err)
+		return nil, fmt.Errorf("policy %s: %w", e.cfg.ID, err)
 	}
-	var res *Result
-	if p.rego.mode == metadata.ExecutionModeGatekeeper {
+	var res *eval.Result
+	if e.mode == metadata.ExecutionModeGatekeeper {
 		res = gatekeeperResult(out)
 	} else {
 		res = opaResult(out)
@@ -126,8 +156,8 @@ func (p *Policy) evaluateRego(ctx context.Context, request []byte, raw bool) (*R
 	return res, nil
 }
 
-func rejected(start time.Time, msg string, code uint16) *Result {
-	res := &Result{Response: newRejection(msg, code)}
+func rejected(start time.Time, msg string, code uint16) *eval.Result {
+	res := &eval.Result{Response: newRejection(msg, code)}
 	res.Duration = time.Since(start)
 	return res
 }
@@ -143,12 +173,12 @@ func newRejection(msg string, code uint16) (r protocol.ValidationResponse) {
 // opaResult reads result[0].result.response as an AdmissionResponse: uid and
 // allowed must be there; uid is replaced by the request's (the caller builds
 // the response with the request's uid).
-func opaResult(out []byte) *Result {
+func opaResult(out []byte) *eval.Result {
 	var results []struct {
 		Result json.RawMessage `json:"result"`
 	}
 	if err := json.Unmarshal(out, &results); err != nil || len(results) == 0 || len(results[0].Result) == 0 {
-		return &Result{Response: newRejection(msgOPANoResult, 500)}
+		return &eval.Result{Response: newRejection(msgOPANoResult, 500)}
 	}
 	var doc struct {
 		Response *struct {
@@ -165,18 +195,18 @@ func opaResult(out []byte) *Result {
 		} `json:"response"`
 	}
 	if err := json.Unmarshal(results[0].Result, &doc); err != nil {
-		return &Result{Response: newRejection(fmt.Sprintf("%s: %v", msgOPANoResult, err), 500)}
+		return &eval.Result{Response: newRejection(fmt.Sprintf("%s: %v", msgOPANoResult, err), 500)}
 	}
 	r := doc.Response
 	switch {
 	case r == nil:
-		return &Result{Response: newRejection(msgOPANoResult+": no response", 500)}
+		return &eval.Result{Response: newRejection(msgOPANoResult+": no response", 500)}
 	case r.UID == nil:
-		return &Result{Response: newRejection("missing field `uid`", 500)}
+		return &eval.Result{Response: newRejection("missing field `uid`", 500)}
 	case r.Allowed == nil:
-		return &Result{Response: newRejection("missing field `allowed`", 500)}
+		return &eval.Result{Response: newRejection("missing field `allowed`", 500)}
 	}
-	res := &Result{}
+	res := &eval.Result{}
 	res.Response.Accepted = *r.Allowed
 	res.Response.Warnings = r.Warnings
 	res.Response.AuditAnnotations = r.AuditAnnotations
@@ -193,10 +223,10 @@ func opaResult(out []byte) *Result {
 	if r.Patch != nil && *r.Patch != "" {
 		patch, err := base64.StdEncoding.DecodeString(*r.Patch)
 		if err != nil || !json.Valid(patch) {
-			return &Result{Response: newRejection(fmt.Sprintf("%s: patch is not a base64-encoded JSON document", msgOPANoResult), 500)}
+			return &eval.Result{Response: newRejection(fmt.Sprintf("%s: patch is not a base64-encoded JSON document", msgOPANoResult), 500)}
 		}
 		if r.PatchType != nil && *r.PatchType != "JSONPatch" {
-			return &Result{Response: newRejection(fmt.Sprintf("%s: patchType %q (want JSONPatch)", msgOPANoResult, *r.PatchType), 500)}
+			return &eval.Result{Response: newRejection(fmt.Sprintf("%s: patchType %q (want JSONPatch)", msgOPANoResult, *r.PatchType), 500)}
 		}
 		res.Patch = patch
 	}
@@ -207,14 +237,14 @@ func opaResult(out []byte) *Result {
 // none accepts; otherwise the request is rejected with the messages joined by
 // ", " and no code. A result of any other shape counts as no violation, as
 // with Kubewarden.
-func gatekeeperResult(out []byte) *Result {
+func gatekeeperResult(out []byte) *eval.Result {
 	var results []struct {
 		Result []struct {
 			Msg *string `json:"msg"`
 		} `json:"result"`
 	}
 	if err := json.Unmarshal(out, &results); err != nil || len(results) == 0 || len(results[0].Result) == 0 {
-		return &Result{Response: protocol.ValidationResponse{Accepted: true}}
+		return &eval.Result{Response: protocol.ValidationResponse{Accepted: true}}
 	}
 	msgs := make([]string, 0, len(results[0].Result))
 	for _, v := range results[0].Result {
@@ -224,7 +254,7 @@ func gatekeeperResult(out []byte) *Result {
 			msgs = append(msgs, "")
 		}
 	}
-	return &Result{Response: newRejection(strings.Join(msgs, ", "), 0)}
+	return &eval.Result{Response: newRejection(strings.Join(msgs, ", "), 0)}
 }
 
 // appendCompact appends the JSON document src without the whitespace between

@@ -1,4 +1,4 @@
-package policy
+package eval
 
 import (
 	"encoding/json"

@@ -1,15 +1,34 @@
-package policy
+package wapc
 
 import (
 	"context"
+	"sync"
 
 	"github.com/tollgate-dev/tollgate/host/wasm"
 )
 
-// sharedKey identifies a pool shared by policies (Spec.ShareInstances): the
+// Host is the waPC part of a policy host: its engine, the growth after which
+// an instance is recycled, and the instance pools shared by policies. It is
+// safe for concurrent use.
+type Host struct {
+	engine *wasm.Engine
+	// recycle is the PoolConfig.RecycleGrowth of every pool.
+	recycle uint64
+
+	mu     sync.Mutex
+	shared map[sharedKey]*sharedPool
+}
+
+// NewHost makes the waPC part of a policy host on engine; recycle is the
+// RecycleGrowth of every pool (wasm.PoolConfig).
+func NewHost(engine *wasm.Engine, recycle uint64) *Host {
+	return &Host{engine: engine, recycle: recycle, shared: map[sharedKey]*sharedPool{}}
+}
+
+// sharedKey identifies a pool shared by policies (Load's share): the
 // module's digest and memory limit, as for the compiled module, the pool
 // size, so that a reload that changes the size (serve's --workers) starts a
-// pool of the new size rather than joining the old one, and Spec.ShareGroup.
+// pool of the new size rather than joining the old one, and the share group.
 type sharedKey struct {
 	digest string
 	memCap uint64
@@ -30,8 +49,7 @@ type sharedPool struct {
 	refs  int
 }
 
-// SharedPools is how many instance pools are shared by policies now (see
-// Spec.ShareInstances).
+// SharedPools is how many instance pools are shared by policies now.
 func (h *Host) SharedPools() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

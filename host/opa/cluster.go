@@ -1,4 +1,4 @@
-package policy
+package opa
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 
 	"github.com/tollgate-dev/tollgate/host/capabilities"
 	"github.com/tollgate-dev/tollgate/host/metadata"
-	"github.com/tollgate-dev/tollgate/host/opa"
 	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 )
 
@@ -38,8 +37,8 @@ type clusterData struct {
 	settings []byte
 
 	mu       sync.Mutex
-	versions []uint64  // the versions cached was built from
-	cached   *opa.Data // nil: none
+	versions []uint64 // the versions cached was built from
+	cached   *Data    // nil: none
 	plurals  map[capabilities.Resource]string
 
 	// builds counts the documents built (tests, benchmarks).
@@ -75,7 +74,7 @@ func newClusterData(src *capabilities.Cluster, mode string, settings json.RawMes
 
 // data returns the data document for one evaluation; nil when the policy is
 // granted no resource (the module then sees its settings, or {}, alone).
-func (c *clusterData) data(ctx context.Context) (*opa.Data, error) {
+func (c *clusterData) data(ctx context.Context) (*Data, error) {
 	res := c.src.Resources()
 	if len(res) == 0 {
 		return nil, nil
@@ -127,7 +126,7 @@ func (c *clusterData) data(ctx context.Context) (*opa.Data, error) {
 		return nil, err
 	}
 	c.builds.Add(1)
-	d := opa.NewData(doc)
+	d := NewData(doc)
 	if signal {
 		c.mu.Lock()
 		c.cached, c.versions = d, vs
