@@ -10,7 +10,7 @@
 // that the memory a large request took leaves the process.
 //
 // A module is read before it is compiled and refused over the structural
-// limits of Config.Limits (wasmbin.CheckLimits, in Screen); one that is not
+// limits of Config.Limits (wasmbin.CheckLimitsAndSelect, in Screen); one that is not
 // in the load cache is compiled in a child process of the running binary
 // with a time and memory budget (isolate.go: this package's init runs the
 // compile when the process was started as such a child); the start

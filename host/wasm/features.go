@@ -51,7 +51,7 @@ func NewRuntimeConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
 const ScreenVersion = 2
 
 // Limits are the structural limits a module is checked against before it
-// is compiled (wasmbin.CheckLimits); a zero field means its default
+// is compiled (wasmbin.CheckLimitsAndSelect); a zero field means its default
 // (wasmbin.DefaultLimits).
 type Limits = wasmbin.Limits
 
@@ -65,16 +65,18 @@ func Screen(code []byte) error { return ScreenLimits(code, Limits{}) }
 // ScreenLimits refuses, before wazero compiles it, a module over one of the
 // structural limits l (its error wraps ErrCompile and ErrLimit), and a
 // module that wazero would compile into something other than its code: one
-// with a `select` typed with a typed reference (wasmbin.TypedRefSelect).
-// Every execution mode calls it on the module as given.
+// with a `select` typed with a typed reference. Both come from one read of
+// the module (wasmbin.CheckLimitsAndSelect). Every execution mode calls it on
+// the module as given.
 func ScreenLimits(code []byte, l Limits) error {
-	if err := wasmbin.CheckLimits(code, l); err != nil {
+	i, err := wasmbin.CheckLimitsAndSelect(code, l)
+	if err != nil {
 		if errors.Is(err, ErrLimit) {
 			return fmt.Errorf("%w: %w", ErrCompile, err)
 		}
 		return CompileError(code, err)
 	}
-	if i, _ := wasmbin.TypedRefSelect(code); i >= 0 {
+	if i >= 0 {
 		return fmt.Errorf("%w: function body %d uses a select typed with a typed function reference (function-references), which tollgate's engine (wazero v1.12) compiles wrongly; tollgate refuses the module rather than run other code than it holds", ErrCompile, i)
 	}
 	return nil

@@ -286,36 +286,11 @@ func checkExports(p []byte) error {
 // countImports returns how many globals and memories a module imports.
 func countImports(p []byte) (globals, memories uint64, err error) {
 	r := &reader{b: p}
-	n := r.u32()
-	for i := uint32(0); i < n && r.err == nil; i++ {
-		r.name()
-		r.name()
-		switch kind := r.byte(); kind {
-		case 0: // func: type index
-			r.u32()
-		case 1: // table: reftype, limits
-			r.refType()
-			r.limits()
-		case 2: // memory: limits
-			r.memLimits()
-			memories++
-		case 3: // global: valtype, mutability
-			r.valType()
-			r.byte()
-			globals++
-		case 4: // tag: attribute, type index
-			r.byte()
-			r.u32()
-		default:
-			if r.err == nil {
-				r.fail(fmt.Errorf("%w: import %d has unknown kind %d", ErrUnsupported, i, kind))
-			}
-		}
-	}
+	c, _ := r.imports(r.u32(), nil)
 	if r.err != nil {
 		return 0, 0, r.wrapped()
 	}
-	return globals, memories, nil
+	return uint64(c.globals), uint64(c.memories), nil
 }
 
 // instrumentCode rewrites the payload of the code section.
@@ -389,7 +364,7 @@ type reader struct {
 	err  error
 	used Proposal
 	// refSelect is set by a `select` typed with a typed reference
-	// ((ref null? ht), see TypedRefSelect).
+	// ((ref null? ht), see CheckLimitsAndSelect).
 	refSelect bool
 }
 
@@ -470,13 +445,14 @@ func (r *reader) name() {
 	r.skip(int(n))
 }
 
-// limits reads the limits of a table or memory and records the proposals
-// its flags belong to (threads' shared, memory64's 64-bit indexes,
-// custom-page-sizes' page size), and returns the flags.
-func (r *reader) limits() byte {
-	flags := r.byte()
+// limits reads the limits of a table or memory, records the proposals its
+// flags belong to (threads' shared, memory64's 64-bit indexes,
+// custom-page-sizes' page size), and returns the flags and the minimum (the
+// initial size).
+func (r *reader) limits() (flags byte, min uint64) {
+	flags = r.byte()
 	if r.err != nil {
-		return 0
+		return 0, 0
 	}
 	if flags&0x02 != 0 {
 		r.use(ProposalThreads)
@@ -489,17 +465,14 @@ func (r *reader) limits() byte {
 	}
 	if flags > 7 {
 		r.fail(fmt.Errorf("%w: limits flags 0x%02x", ErrUnsupported, flags))
-		return flags
+		return flags, 0
 	}
-	r.leb(64, false)
+	min, _ = r.leb(64, false)
 	if flags&1 != 0 {
 		r.leb(64, false)
 	}
-	return flags
+	return flags, min
 }
-
-// memLimits reads the limits of a memory.
-func (r *reader) memLimits() { r.limits() }
 
 func isValType(c byte) bool {
 	switch c {

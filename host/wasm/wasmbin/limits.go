@@ -146,18 +146,38 @@ type Stats struct {
 // module it cannot read. It allocates nothing in proportion to what the
 // module claims.
 func CheckLimits(wasm []byte, l Limits) error {
-	_, err := measure(wasm, l.WithDefaults(), true)
+	_, _, err := measure(wasm, l.WithDefaults(), true)
 	return err
+}
+
+// CheckLimitsAndSelect is CheckLimits that also reports, from the same read
+// of every function body, the index in the code section of the first body
+// with a `select` typed with a typed reference ((ref null? ht), from
+// function-references), or -1 when there is none (or an error). wazero
+// v1.12's compiler skips a fixed two bytes after such a select (its
+// validator reads it right), so it would run the heap type's bytes as
+// instructions: a module that has one must not be compiled by it.
+func CheckLimitsAndSelect(wasm []byte, l Limits) (typedRefSelect int, err error) {
+	_, typedRefSelect, err = measure(wasm, l.WithDefaults(), true)
+	if err != nil {
+		return -1, err
+	}
+	return typedRefSelect, nil
 }
 
 // MeasureLimits returns the largest of each structural size of a module
 // (to choose limits from the modules one has).
 func MeasureLimits(wasm []byte) (Stats, error) {
-	return measure(wasm, Limits{}, false)
+	st, _, err := measure(wasm, Limits{}, false)
+	return st, err
 }
 
-func measure(wasm []byte, l Limits, check bool) (Stats, error) {
+// measure reads a module once: its structural sizes, checked against l when
+// check is set, and the code-section index of the first function body with
+// a typed-reference select (-1 when none).
+func measure(wasm []byte, l Limits, check bool) (Stats, int, error) {
 	var st Stats
+	refSelect := -1
 	st.ModuleBytes = uint64(len(wasm))
 	over := func(name string, index int64, v, max uint64) error {
 		if check && v > max {
@@ -166,11 +186,15 @@ func measure(wasm []byte, l Limits, check bool) (Stats, error) {
 		return nil
 	}
 	if err := over("module size", -1, st.ModuleBytes, l.ModuleBytes); err != nil {
-		return st, err
+		return st, refSelect, err
 	}
 	secs, err := Sections(wasm)
 	if err != nil {
-		return st, err
+		return st, refSelect, err
+	}
+	tableEntries := func(i uint32, min uint64) error {
+		st.TableEntries = max(st.TableEntries, min)
+		return over("table entries", int64(i), min, l.TableEntries)
 	}
 	var importedFuncs uint64
 	for _, s := range secs {
@@ -185,55 +209,16 @@ func measure(wasm []byte, l Limits, check bool) (Stats, error) {
 			if err = over("imports", -1, uint64(n), uint64(l.Imports)); err != nil {
 				break
 			}
-			for i := uint32(0); i < n && r.err == nil; i++ {
-				r.name()
-				r.name()
-				switch kind := r.byte(); kind {
-				case 0:
-					r.u32()
-					importedFuncs++
-				case 1:
-					r.refType()
-					min := r.tableMin()
-					st.TableEntries = max(st.TableEntries, min)
-					err = over("table entries", int64(i), min, l.TableEntries)
-				case 2:
-					r.memLimits()
-				case 3:
-					r.valType()
-					r.byte()
-					st.Globals++
-				case 4:
-					r.byte()
-					r.u32()
-				default:
-					r.fail(fmt.Errorf("%w: import %d has unknown kind %d", ErrUnsupported, i, kind))
-				}
-				if err != nil {
-					break
-				}
-			}
+			var c imported
+			c, err = r.imports(n, tableEntries)
+			importedFuncs = uint64(c.funcs)
+			st.Globals += c.globals
 		case sectionFunction:
 			n := r.u32()
 			st.Functions = n
 			err = over("functions", -1, uint64(n), uint64(l.Functions))
 		case sectionTable:
-			n := r.u32()
-			for i := uint32(0); i < n && r.err == nil && err == nil; i++ {
-				if r.off+1 < len(r.b) && r.b[r.off] == 0x40 && r.b[r.off+1] == 0x00 {
-					r.off += 2
-					r.refType()
-					min := r.tableMin()
-					r.constExpr()
-					st.TableEntries = max(st.TableEntries, min)
-					err = over("table entries", int64(i), min, l.TableEntries)
-					continue
-				}
-				r.refType()
-				min := r.tableMin()
-				st.TableEntries = max(st.TableEntries, min)
-				err = over("table entries", int64(i), min, l.TableEntries)
-			}
+			err = r.tables(r.u32(), tableEntries)
 		case sectionGlobal:
 			n := r.u32()
 			st.Globals += n
@@ -247,38 +232,21 @@ func measure(wasm []byte, l Limits, check bool) (Stats, error) {
 			st.DataSegments = max(st.DataSegments, n)
 			err = over("data segments", -1, uint64(n), uint64(l.DataSegments))
 		case sectionCode:
-			err = measureCode(r, importedFuncs, &st, l, over)
+			refSelect, err = measureCode(r, importedFuncs, &st, l, over)
 		}
 		if err != nil {
-			return st, err
+			return st, refSelect, err
 		}
 		if r.err != nil {
-			return st, fmt.Errorf("section %d at byte %d: %w", s.ID, s.Start, r.wrapped())
+			return st, refSelect, fmt.Errorf("section %d at byte %d: %w", s.ID, s.Start, r.wrapped())
 		}
 	}
-	return st, nil
+	return st, refSelect, nil
 }
 
 const (
 	sectionFunction = 3
 )
-
-// tableMin reads a table's limits and returns its initial size.
-func (r *reader) tableMin() uint64 {
-	flags := r.byte()
-	if r.err != nil {
-		return 0
-	}
-	if flags > 7 {
-		r.fail(fmt.Errorf("%w: limits flags 0x%02x", ErrUnsupported, flags))
-		return 0
-	}
-	min, _ := r.leb(64, false)
-	if flags&1 != 0 {
-		r.leb(64, false)
-	}
-	return min
-}
 
 func measureTypes(r *reader, st *Stats, l Limits, over func(string, int64, uint64, uint64) error) error {
 	n := r.u32()
@@ -316,8 +284,10 @@ func measureTypes(r *reader, st *Stats, l Limits, over func(string, int64, uint6
 }
 
 // measureCode reads every function body: the locals it declares, its size
-// and how deep it nests blocks.
-func measureCode(r *reader, importedFuncs uint64, st *Stats, l Limits, over func(string, int64, uint64, uint64) error) error {
+// and how deep it nests blocks; it returns the index in the code section of
+// the first body with a typed-reference select, or -1.
+func measureCode(r *reader, importedFuncs uint64, st *Stats, l Limits, over func(string, int64, uint64, uint64) error) (int, error) {
+	refSelect := -1
 	n := r.u32()
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		index := int64(importedFuncs) + int64(i)
@@ -326,12 +296,12 @@ func measureCode(r *reader, importedFuncs uint64, st *Stats, l Limits, over func
 			st.BodyBytes, st.BodyBytesFunc = size, index
 		}
 		if err := over("function body size", index, uint64(size), uint64(l.BodyBytes)); err != nil {
-			return err
+			return refSelect, err
 		}
 		start := r.off
 		r.skip(int(size))
 		if r.err != nil {
-			return fmt.Errorf("function %d: %w", index, r.wrapped())
+			return refSelect, fmt.Errorf("function %d: %w", index, r.wrapped())
 		}
 		fr := &reader{b: r.b[start:r.off]}
 		groups := fr.u32()
@@ -345,7 +315,7 @@ func measureCode(r *reader, importedFuncs uint64, st *Stats, l Limits, over func
 					locals += uint64(fr.u32())
 					fr.valType()
 				}
-				return &LimitError{Limit: "locals", Index: index, Value: locals, Max: uint64(l.Locals)}
+				return refSelect, &LimitError{Limit: "locals", Index: index, Value: locals, Max: uint64(l.Locals)}
 			}
 		}
 		if locals > uint64(st.Locals) {
@@ -364,14 +334,17 @@ func measureCode(r *reader, importedFuncs uint64, st *Stats, l Limits, over func
 			}
 		}
 		if fr.err != nil {
-			return fmt.Errorf("function %d: %w", index, fr.wrapped())
+			return refSelect, fmt.Errorf("function %d: %w", index, fr.wrapped())
+		}
+		if fr.refSelect && refSelect < 0 {
+			refSelect = int(i)
 		}
 		if deepest > st.Nesting {
 			st.Nesting, st.NestingFunc = deepest, index
 		}
 		if err := over("nesting depth", index, uint64(deepest), uint64(l.Nesting)); err != nil {
-			return err
+			return refSelect, err
 		}
 	}
-	return nil
+	return refSelect, nil
 }

@@ -122,3 +122,39 @@ func TestInstrumentMovesStart(t *testing.T) {
 		t.Fatalf("a module exporting %s: %v, want ErrUnsupported", StartExport, err)
 	}
 }
+
+// TestCheckLimitsTables: the initial size of an imported table (named by its
+// import index) and of a defined one, with or without an initializer, is
+// checked against Limits.TableEntries; the same import section tells
+// Proposals how many memories the module imports.
+func TestCheckLimitsTables(t *testing.T) {
+	imports := sec(2, 3,
+		1, 'm', 1, 'f', 0, 0, // func, type 0
+		1, 'm', 1, 'g', 3, 0x7f, 0, // global i32
+		1, 'm', 1, 't', 1, 0x70, 0, 11) // table funcref, min 11
+	cases := []struct {
+		name string
+		mod  []byte
+		want string
+	}{
+		{"imported", mod(sec(1, 1, 0x60, 0, 0), imports), "table 2 starts with 11 entries; the limit is 10"},
+		{"defined", mod(sec(4, 2, 0x70, 0, 1, 0x70, 1, 11, 12)), "table 1 starts with 11 entries; the limit is 10"},
+		{"initialized", mod(sec(4, 1, 0x40, 0x00, 0x70, 0, 11, 0xd0, 0x70, 0x0b)), "table 0 starts with 11 entries; the limit is 10"},
+	}
+	for _, c := range cases {
+		if err := CheckLimits(c.mod, Limits{TableEntries: 10}); err == nil || err.Error() != c.want {
+			t.Errorf("%s: CheckLimits = %v, want %q", c.name, err, c.want)
+		}
+		if err := CheckLimits(c.mod, Limits{TableEntries: 11}); err != nil {
+			t.Errorf("%s: CheckLimits at the limit = %v", c.name, err)
+		}
+	}
+	st, err := MeasureLimits(mod(sec(1, 1, 0x60, 0, 0), imports, sec(6, 1, 0x7f, 0, 0x41, 0, 0x0b)))
+	if err != nil || st.Imports != 3 || st.Globals != 2 || st.TableEntries != 11 {
+		t.Errorf("MeasureLimits = %+v, %v; want 3 imports, 2 globals, 11 table entries", st, err)
+	}
+	memImport := sec(2, 1, 1, 'm', 1, 'm', 2, 0, 1)
+	if p, err := Proposals(mod(memImport, sec(5, 1, 0, 1))); err != nil || p&ProposalMultiMemory == 0 {
+		t.Errorf("Proposals(one imported and one defined memory) = %v, %v; want multi-memory", p, err)
+	}
+}

@@ -76,13 +76,14 @@ func Proposals(wasm []byte) (Proposal, error) {
 		case sectionType:
 			r.types()
 		case sectionImport:
-			memories += r.importProposals()
+			c, _ := r.imports(r.u32(), nil)
+			memories += int(c.memories)
 		case sectionTable:
-			r.tables()
+			_ = r.tables(r.u32(), nil)
 		case sectionMemory:
 			n := r.u32()
 			for i := uint32(0); i < n && r.err == nil; i++ {
-				r.memLimits()
+				r.limits()
 			}
 			memories += int(n)
 		case sectionGlobal:
@@ -95,7 +96,7 @@ func Proposals(wasm []byte) (Proposal, error) {
 		case sectionTag:
 			r.use(ProposalExceptionHandling)
 		case sectionCode:
-			r.walkCode(func(int, *reader) {})
+			r.walkCode()
 		}
 		used |= r.used
 		if r.err != nil {
@@ -112,9 +113,9 @@ func Proposals(wasm []byte) (Proposal, error) {
 }
 
 // walkCode reads the code section's function bodies (locals and every
-// instruction), calling visit after each with the body's reader; the
-// proposals each body uses are added to r's, and the first error ends the walk.
-func (r *reader) walkCode(visit func(i int, body *reader)) {
+// instruction); the proposals each body uses are added to r's, and the first
+// error ends the walk.
+func (r *reader) walkCode() {
 	n := r.u32()
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		size := r.u32()
@@ -137,47 +138,7 @@ func (r *reader) walkCode(visit func(i int, body *reader)) {
 			r.fail(fmt.Errorf("function body %d: %w", i, fr.wrapped()))
 			break
 		}
-		visit(int(i), fr)
 	}
-}
-
-// TypedRefSelect reports the index in the code section of the first function
-// body with a `select` typed with a typed reference ((ref null? ht), from
-// function-references), or -1. wazero v1.12's compiler skips a fixed two
-// bytes after such a select (the validator reads it right), so it would run
-// the heap type's bytes as instructions: a module that has one must not be
-// compiled by it.
-//
-// A module whose code section does not hold the bytes of such a select
-// (0x1c 0x01 0x63 or 0x64) is answered without decoding it: a few
-// milliseconds for a 65 MB module instead of half a second.
-func TypedRefSelect(wasm []byte) (int, error) {
-	secs, err := Sections(wasm)
-	if err != nil {
-		return -1, err
-	}
-	for _, s := range secs {
-		if s.ID != sectionCode {
-			continue
-		}
-		if !bytes.Contains(s.Payload, []byte{0x1c, 0x01, ref}) && !bytes.Contains(s.Payload, []byte{0x1c, 0x01, refNull}) {
-			return -1, nil
-		}
-		found := -1
-		r := &reader{b: s.Payload}
-		r.walkCode(func(i int, body *reader) {
-			if found < 0 && body.refSelect {
-				found = i
-			}
-		})
-		if found >= 0 {
-			return found, nil
-		}
-		if r.err != nil {
-			return -1, fmt.Errorf("code section at byte %d: %w", s.Start, r.wrapped())
-		}
-	}
-	return -1, nil
 }
 
 const (
@@ -210,42 +171,54 @@ func (r *reader) types() {
 	}
 }
 
-// importProposals reads the import section and returns how many memories it imports.
-func (r *reader) importProposals() int {
-	memories := 0
-	n := r.u32()
+// imported counts the entries of an import section by kind.
+type imported struct{ funcs, tables, memories, globals, tags uint32 }
+
+// imports reads the n entries of an import section (after its count) and
+// counts them by kind. table, when not nil, is given each imported table's
+// import index and initial size; an error it returns ends the read.
+func (r *reader) imports(n uint32, table func(i uint32, min uint64) error) (imported, error) {
+	var c imported
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		r.name()
 		r.name()
 		switch kind := r.byte(); kind {
-		case 0:
+		case 0: // func: type index
 			r.u32()
-		case 1:
+			c.funcs++
+		case 1: // table: reftype, limits
 			r.refType()
+			_, min := r.limits()
+			c.tables++
+			if table != nil {
+				if err := table(i, min); err != nil {
+					return c, err
+				}
+			}
+		case 2: // memory: limits
 			r.limits()
-		case 2:
-			r.memLimits()
-			memories++
-		case 3:
+			c.memories++
+		case 3: // global: valtype, mutability
 			r.valType()
 			r.byte()
-		case 4:
+			c.globals++
+		case 4: // tag: attribute, type index
 			r.use(ProposalExceptionHandling)
 			r.byte()
 			r.u32()
+			c.tags++
 		default:
-			if r.err == nil {
-				r.fail(fmt.Errorf("%w: import %d has unknown kind %d", ErrUnsupported, i, kind))
-			}
+			r.fail(fmt.Errorf("%w: import %d has unknown kind %d", ErrUnsupported, i, kind))
 		}
 	}
-	return memories
+	return c, nil
 }
 
-// tables reads the table section, whose entries may carry an initializer
-// (function-references: 0x40 0x00 tabletype expr).
-func (r *reader) tables() {
-	n := r.u32()
+// tables reads the n entries of a table section (after its count), whose
+// entries may carry an initializer (function-references: 0x40 0x00
+// tabletype expr). table, when not nil, is given each table's index in the
+// section and initial size; an error it returns ends the read.
+func (r *reader) tables(n uint32, table func(i uint32, min uint64) error) error {
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		init := false
 		if r.off+1 < len(r.b) && r.b[r.off] == 0x40 && r.b[r.off+1] == 0x00 {
@@ -254,11 +227,17 @@ func (r *reader) tables() {
 			r.use(ProposalFunctionReferences)
 		}
 		r.refType()
-		r.limits()
+		_, min := r.limits()
 		if init {
 			r.constExpr()
 		}
+		if table != nil {
+			if err := table(i, min); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
 }
 
 // constExpr reads a constant expression up to its `end` and records

@@ -240,8 +240,10 @@ func codePayload(t *testing.T, wasm []byte) []byte {
 	return nil
 }
 
-// TestTypedRefSelect finds a select typed with a typed reference, which
-// wazero v1.12 compiles wrongly, and not one typed with a number or funcref.
+// TestTypedRefSelect: CheckLimitsAndSelect finds a select typed with a typed
+// reference, which wazero v1.12 compiles wrongly, and not one typed with a
+// number or funcref; a limit exceeded anywhere in the module is reported
+// instead, as when the limits and the select were read one after the other.
 func TestTypedRefSelect(t *testing.T) {
 	types := sec(1, 1, 0x60, 0, 0)
 	funcs := sec(3, 3, 0, 0, 0)
@@ -249,11 +251,19 @@ func TestTypedRefSelect(t *testing.T) {
 	numeric := []byte{0, 0x41, 1, 0x41, 2, 0x41, 1, 0x1c, 1, 0x7f, 0x1a, 0x0b}
 	funcref := []byte{0, 0xd2, 0, 0xd2, 0, 0x41, 1, 0x1c, 1, 0x70, 0x1a, 0x0b}
 	typed := []byte{0, 0xd2, 0, 0xd2, 0, 0x41, 1, 0x1c, 1, ref, 0, 0x1a, 0x0b}
-	if i, err := TypedRefSelect(mod(types, funcs, decl, code(numeric, funcref, typed))); i != 2 || err != nil {
-		t.Fatalf("TypedRefSelect = %d, %v; want 2", i, err)
+	if i, err := CheckLimitsAndSelect(mod(types, funcs, decl, code(numeric, funcref, typed)), Limits{}); i != 2 || err != nil {
+		t.Fatalf("CheckLimitsAndSelect = %d, %v; want 2", i, err)
 	}
-	if i, err := TypedRefSelect(mod(types, funcs, decl, code(numeric, funcref, numeric))); i != -1 || err != nil {
-		t.Fatalf("TypedRefSelect = %d, %v; want -1", i, err)
+	if i, err := CheckLimitsAndSelect(mod(types, funcs, decl, code(typed, typed, typed)), Limits{}); i != 0 || err != nil {
+		t.Fatalf("CheckLimitsAndSelect = %d, %v; want 0 (the first)", i, err)
+	}
+	if i, err := CheckLimitsAndSelect(mod(types, funcs, decl, code(numeric, funcref, numeric)), Limits{}); i != -1 || err != nil {
+		t.Fatalf("CheckLimitsAndSelect = %d, %v; want -1", i, err)
+	}
+	twoLocals := []byte{1, 2, 0x7f, 0x41, 1, 0x1a, 0x0b}
+	var le *LimitError
+	if i, err := CheckLimitsAndSelect(mod(types, funcs, decl, code(typed, numeric, twoLocals)), Limits{Locals: 1}); !errors.As(err, &le) || le.Limit != "locals" || i != -1 {
+		t.Fatalf("CheckLimitsAndSelect with a select in body 0 and 2 locals in body 2 over a limit of 1 = %d, %v; want the locals limit", i, err)
 	}
 	// What wazero makes of it: the heap type byte 0x00 runs as `unreachable`.
 	ctx := context.Background()
@@ -326,7 +336,7 @@ func TestProposals(t *testing.T) {
 	}
 }
 
-// FuzzProposals: Proposals and TypedRefSelect never panic, and report the
+// FuzzProposals: Proposals and CheckLimitsAndSelect never panic, and report the
 // same for any input when asked twice.
 func FuzzProposals(f *testing.F) {
 	f.Add(genModule(rand.New(rand.NewPCG(3, 21))))
@@ -338,6 +348,6 @@ func FuzzProposals(f *testing.F) {
 		if p1 != p2 || (err1 == nil) != (err2 == nil) {
 			t.Fatalf("Proposals differs between calls: %v %v / %v %v", p1, err1, p2, err2)
 		}
-		_, _ = TypedRefSelect(in)
+		_, _ = CheckLimitsAndSelect(in, Limits{})
 	})
 }
