@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
+	"github.com/tollgate-dev/tollgate/internal/wasmenc"
 )
 
 // The sections this file reads or writes.
@@ -50,7 +51,7 @@ func defineMemory(code []byte) ([]byte, error) {
 			}
 			if ok {
 				found, memPages = true, pages
-				out = wasmbin.AppendSection(out, secImport, payload)
+				out = wasmenc.AppendSection(out, secImport, payload)
 				if i == lastEarly {
 					out = appendMemory(out, memPages)
 				}
@@ -72,14 +73,14 @@ func defineMemory(code []byte) ([]byte, error) {
 // pages and no maximum.
 func appendMemory(out []byte, pages uint64) []byte {
 	pages = max(pages, minPages)
-	body := wasmbin.AppendULEB128([]byte{1, 0x00}, pages)
-	return wasmbin.AppendSection(out, secMemory, body)
+	body := wasmenc.AppendULEB128([]byte{1, 0x00}, pages)
+	return wasmenc.AppendSection(out, secMemory, body)
 }
 
 // dropMemoryImport removes the `env`.`memory` entry from an import section
 // and returns its minimum size in pages.
 func dropMemoryImport(p []byte) (payload []byte, pages uint64, found bool, err error) {
-	count, n, err := wasmbin.ReadULEB128(p)
+	count, n, err := wasmenc.ReadULEB128(p)
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("%w: import section: %v", wasmbin.ErrMalformed, err)
 	}
@@ -100,7 +101,7 @@ func dropMemoryImport(p []byte) (payload []byte, pages uint64, found bool, err e
 		var min uint64
 		switch kind {
 		case 0: // function: type index
-			_, n, err = wasmbin.ReadULEB128(r)
+			_, n, err = wasmenc.ReadULEB128(r)
 			r = r[n:]
 		case 1: // table: reftype, limits
 			if len(r) < 1 {
@@ -134,7 +135,7 @@ func dropMemoryImport(p []byte) (payload []byte, pages uint64, found bool, err e
 	if len(rest) != 0 {
 		return nil, 0, false, fmt.Errorf("%w: %d bytes after the imports", wasmbin.ErrMalformed, len(rest))
 	}
-	payload = wasmbin.AppendULEB128(nil, uint64(len(kept)))
+	payload = wasmenc.AppendULEB128(nil, uint64(len(kept)))
 	for _, e := range kept {
 		payload = append(payload, e...)
 	}
@@ -151,13 +152,13 @@ func limits(p []byte) (uint64, []byte, error) {
 	if flag > 1 {
 		return 0, nil, fmt.Errorf("unsupported limits flag %#x (shared or 64-bit memory)", flag)
 	}
-	min, n, err := wasmbin.ReadULEB128(p[1:])
+	min, n, err := wasmenc.ReadULEB128(p[1:])
 	if err != nil {
 		return 0, nil, err
 	}
 	p = p[1+n:]
 	if flag == 1 {
-		_, n, err = wasmbin.ReadULEB128(p)
+		_, n, err = wasmenc.ReadULEB128(p)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -168,7 +169,7 @@ func limits(p []byte) (uint64, []byte, error) {
 
 // name reads an import's module or field name.
 func name(p []byte) (string, []byte, error) {
-	s, rest, err := wasmbin.ReadName(p)
+	s, rest, err := wasmenc.ReadName(p)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: name: %v", wasmbin.ErrMalformed, err)
 	}

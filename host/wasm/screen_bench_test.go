@@ -6,6 +6,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/host/wasm/wasmbin"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
+	"github.com/tollgate-dev/tollgate/internal/wasmenc"
 )
 
 // BenchmarkScreen measures the structural screen of a cold load (ScreenLimits)
@@ -45,19 +46,19 @@ func withBody(b *testing.B, mod []byte, body []byte) []byte {
 			out = append(out, mod[s.Start:s.End]...)
 			continue
 		}
-		n, k, err := wasmbin.ReadULEB128(s.Payload)
+		n, k, err := wasmenc.ReadULEB128(s.Payload)
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := wasmbin.AppendULEB128(nil, n+1)
+		p := wasmenc.AppendULEB128(nil, n+1)
 		p = append(p, s.Payload[k:]...)
 		if s.ID == 3 {
-			p = wasmbin.AppendULEB128(p, 0)
+			p = wasmenc.AppendULEB128(p, 0)
 		} else {
-			p = wasmbin.AppendULEB128(p, uint64(len(body)))
+			p = wasmenc.AppendULEB128(p, uint64(len(body)))
 			p = append(p, body...)
 		}
-		out = wasmbin.AppendSection(out, s.ID, p)
+		out = wasmenc.AppendSection(out, s.ID, p)
 	}
 	return out
 }

@@ -1,6 +1,10 @@
 package wasmbin
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/tollgate-dev/tollgate/internal/wasmenc"
+)
 
 const (
 	sectionData      = 11
@@ -52,7 +56,7 @@ func MergeData(wasm []byte, maxGap int) (out []byte, merged bool, err error) {
 	payload := mergeSegments(segs, maxGap)
 	out = make([]byte, 0, len(wasm)+len(payload)-len(secs[data].Payload))
 	out = append(out, wasm[:secs[data].Start]...)
-	out = appendSection(out, sectionData, payload)
+	out = wasmenc.AppendSection(out, sectionData, payload)
 	out = append(out, wasm[secs[data].End:]...)
 	return out, true, nil
 }
@@ -124,12 +128,12 @@ func mergeSegments(segs []dataSegment, maxGap int) []byte {
 		copy(g.buf[s.off-g.start:], s.bytes)
 	}
 	var p []byte
-	p = appendUleb(p, uint64(len(groups)))
+	p = wasmenc.AppendULEB128(p, uint64(len(groups)))
 	for _, g := range groups {
 		p = append(p, 0, 0x41)
 		p = appendSleb(p, int64(int32(uint32(g.start))))
 		p = append(p, 0x0b)
-		p = appendUleb(p, uint64(len(g.buf)))
+		p = wasmenc.AppendULEB128(p, uint64(len(g.buf)))
 		p = append(p, g.buf...)
 	}
 	return p

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/internal/wasmenc"
 )
 
 // InterruptGlobal is the export name of the global that Instrument adds.
@@ -149,16 +151,16 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 	newGlobals := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b, 0x7f, 0x01, 0x41}
 	newGlobals = appendSleb(newGlobals, CheckInterval)
 	newGlobals = append(newGlobals, 0x0b)
-	newExport := appendUleb(nil, uint64(len(InterruptGlobal)))
+	newExport := wasmenc.AppendULEB128(nil, uint64(len(InterruptGlobal)))
 	newExport = append(newExport, InterruptGlobal...)
 	newExport = append(newExport, 3)
-	newExport = appendUleb(newExport, g)
+	newExport = wasmenc.AppendULEB128(newExport, g)
 	newExports := uint64(1)
 	if hasStart {
-		newExport = appendUleb(newExport, uint64(len(StartExport)))
+		newExport = wasmenc.AppendULEB128(newExport, uint64(len(StartExport)))
 		newExport = append(newExport, StartExport...)
 		newExport = append(newExport, 0)
-		newExport = appendUleb(newExport, startFunc)
+		newExport = wasmenc.AppendULEB128(newExport, startFunc)
 		newExports++
 	}
 
@@ -167,11 +169,11 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 	globalDone, exportDone := false, false
 	emitMissing := func(rank int) {
 		if !globalDone && rank > sectionRank[sectionGlobal] {
-			out = appendSection(out, sectionGlobal, append([]byte{2}, newGlobals...))
+			out = wasmenc.AppendSection(out, sectionGlobal, append([]byte{2}, newGlobals...))
 			globalDone = true
 		}
 		if !exportDone && rank > sectionRank[sectionExport] {
-			out = appendSection(out, sectionExport, append(appendUleb(nil, newExports), newExport...))
+			out = wasmenc.AppendSection(out, sectionExport, append(wasmenc.AppendULEB128(nil, newExports), newExport...))
 			exportDone = true
 		}
 	}
@@ -186,10 +188,10 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 		emitMissing(sectionRank[s.ID])
 		switch s.ID {
 		case sectionGlobal:
-			out = appendSection(out, sectionGlobal, appendVecEntries(s.Payload, 2, newGlobals))
+			out = wasmenc.AppendSection(out, sectionGlobal, appendVecEntries(s.Payload, 2, newGlobals))
 			globalDone = true
 		case sectionExport:
-			out = appendSection(out, sectionExport, appendVecEntries(s.Payload, newExports, newExport))
+			out = wasmenc.AppendSection(out, sectionExport, appendVecEntries(s.Payload, newExports, newExport))
 			exportDone = true
 		case sectionStart:
 			// Exported as StartExport instead.
@@ -198,7 +200,7 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 			if err != nil {
 				return nil, "", fmt.Errorf("code section at byte %d: %w", s.Start, err)
 			}
-			out = appendSection(out, sectionCode, code)
+			out = wasmenc.AppendSection(out, sectionCode, code)
 		default:
 			out = append(out, wasm[s.Start:s.End]...)
 		}
@@ -209,15 +211,15 @@ func Instrument(wasm []byte) (out []byte, globalName string, err error) {
 
 // checkCode is the check Instrument inserts, for the flag and countdown globals.
 func checkCode(flag, countdown uint64) []byte {
-	get := appendUleb([]byte{0x23}, countdown)
-	set := appendUleb([]byte{0x24}, countdown)
+	get := wasmenc.AppendULEB128([]byte{0x23}, countdown)
+	set := wasmenc.AppendULEB128([]byte{0x24}, countdown)
 	var b []byte
 	b = append(b, get...)
 	b = append(b, 0x41, 0x01, 0x6b) // i32.const 1; i32.sub
 	b = append(b, set...)
 	b = append(b, get...)
 	b = append(b, 0x45, 0x04, 0x40) // i32.eqz; if
-	b = appendUleb(append(b, 0x23), flag)
+	b = wasmenc.AppendULEB128(append(b, 0x23), flag)
 	b = append(b, 0x04, 0x40, 0x00, 0x0b) // if; unreachable; end
 	b = appendSleb(append(b, 0x41), CheckInterval)
 	b = append(b, set...)
@@ -241,7 +243,7 @@ func appendSleb(b []byte, v int64) []byte {
 func appendVecEntries(payload []byte, count uint64, entries []byte) []byte {
 	r := &reader{b: payload}
 	n := r.u32()
-	p := appendUleb(make([]byte, 0, len(payload)+len(entries)+5), uint64(n)+count)
+	p := wasmenc.AppendULEB128(make([]byte, 0, len(payload)+len(entries)+5), uint64(n)+count)
 	p = append(p, payload[r.off:]...)
 	return append(p, entries...)
 }
@@ -300,7 +302,7 @@ func instrumentCode(p []byte, check []byte) ([]byte, error) {
 	if r.err != nil {
 		return nil, r.wrapped()
 	}
-	out := appendUleb(make([]byte, 0, len(p)+len(p)/16+16), uint64(n))
+	out := wasmenc.AppendULEB128(make([]byte, 0, len(p)+len(p)/16+16), uint64(n))
 	var body []byte
 	for i := uint32(0); i < n; i++ {
 		size := r.u32()
@@ -317,7 +319,7 @@ func instrumentCode(p []byte, check []byte) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("function body %d: %w", i, err)
 		}
-		out = appendUleb(out, uint64(len(body)))
+		out = wasmenc.AppendULEB128(out, uint64(len(body)))
 		out = append(out, body...)
 		r.off = start + int(size)
 	}

@@ -4,16 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/wasmenc"
 )
 
 // sec encodes one section.
 func sec(id byte, payload ...byte) []byte {
-	return appendSection(nil, id, payload)
+	return wasmenc.AppendSection(nil, id, payload)
 }
 
 // custom encodes a custom section.
 func custom(name string, payload ...byte) []byte {
-	p := appendUleb(nil, uint64(len(name)))
+	p := wasmenc.AppendULEB128(nil, uint64(len(name)))
 	p = append(p, name...)
 	return sec(0, append(p, payload...)...)
 }
@@ -29,9 +31,9 @@ func mod(sections ...[]byte) []byte {
 
 // code encodes a code section from function bodies (locals + instructions, no size).
 func code(bodies ...[]byte) []byte {
-	p := appendUleb(nil, uint64(len(bodies)))
+	p := wasmenc.AppendULEB128(nil, uint64(len(bodies)))
 	for _, b := range bodies {
-		p = appendUleb(p, uint64(len(b)))
+		p = wasmenc.AppendULEB128(p, uint64(len(b)))
 		p = append(p, b...)
 	}
 	return sec(10, p...)

@@ -1,6 +1,10 @@
 package wasmbin
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/tollgate-dev/tollgate/internal/wasmenc"
+)
 
 // stubBody is a function body that declares no locals and traps:
 // size 3, 0 local declarations, unreachable, end. It is valid for every
@@ -39,12 +43,12 @@ func Stub(wasm []byte) ([]byte, error) {
 	if uint64(n) > uint64(len(code.Payload)) {
 		return nil, fmt.Errorf("%w: code section at byte %d claims %d bodies in %d bytes", ErrMalformed, code.Start, n, len(code.Payload))
 	}
-	payload := appendUleb(make([]byte, 0, 5+len(stubBody)*int(n)), uint64(n))
+	payload := wasmenc.AppendULEB128(make([]byte, 0, 5+len(stubBody)*int(n)), uint64(n))
 	for i := uint32(0); i < n; i++ {
 		payload = append(payload, stubBody...)
 	}
 	out := make([]byte, 0, len(wasm)-(code.End-code.Start)+len(payload)+6)
 	out = append(out, wasm[:code.Start]...)
-	out = appendSection(out, sectionCode, payload)
+	out = wasmenc.AppendSection(out, sectionCode, payload)
 	return append(out, wasm[code.End:]...), nil
 }

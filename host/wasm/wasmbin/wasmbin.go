@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/tollgate-dev/tollgate/internal/wasmenc"
 )
 
 // Magic is the first eight bytes of every WebAssembly 1.0 binary (magic + version).
-var Magic = []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00}
+var Magic = wasmenc.Magic
 
 // ErrNotWasm is returned for input that is not a WebAssembly binary.
 var ErrNotWasm = errors.New("not a WebAssembly module")
@@ -62,7 +64,7 @@ func Sections(b []byte) ([]Section, error) {
 		start := off
 		id := b[off]
 		off++
-		size, n, err := uleb(b[off:])
+		size, n, err := wasmenc.ReadULEB128(b[off:])
 		if err != nil {
 			return nil, fmt.Errorf("%w: section at byte %d: %v", ErrMalformed, start, err)
 		}
@@ -73,7 +75,7 @@ func Sections(b []byte) ([]Section, error) {
 		}
 		s := Section{ID: id, Start: start, End: end, Payload: b[off:end]}
 		if id == sectionCustom {
-			name, rest, err := readName(s.Payload)
+			name, rest, err := wasmenc.ReadName(s.Payload)
 			if err != nil {
 				return nil, fmt.Errorf("%w: custom section at byte %d: %v", ErrMalformed, start, err)
 			}
@@ -115,10 +117,10 @@ func SetCustomSection(b []byte, name string, payload []byte) ([]byte, error) {
 		}
 		out = append(out, b[s.Start:s.End]...)
 	}
-	body := appendUleb(nil, uint64(len(name)))
+	body := wasmenc.AppendULEB128(nil, uint64(len(name)))
 	body = append(body, name...)
 	body = append(body, payload...)
-	return appendSection(out, sectionCustom, body), nil
+	return wasmenc.AppendSection(out, sectionCustom, body), nil
 }
 
 // Exports lists the module's exports.
@@ -133,18 +135,18 @@ func Exports(b []byte) ([]Export, error) {
 			continue
 		}
 		p := s.Payload
-		count, n, err := uleb(p)
+		count, n, err := wasmenc.ReadULEB128(p)
 		if err != nil {
 			return nil, fmt.Errorf("%w: export section: %v", ErrMalformed, err)
 		}
 		p = p[n:]
 		for i := uint64(0); i < count; i++ {
-			name, rest, err := readName(p)
+			name, rest, err := wasmenc.ReadName(p)
 			if err != nil || len(rest) < 1 {
 				return nil, fmt.Errorf("%w: export %d: truncated", ErrMalformed, i)
 			}
 			kind := rest[0]
-			_, n, err := uleb(rest[1:])
+			_, n, err := wasmenc.ReadULEB128(rest[1:])
 			if err != nil {
 				return nil, fmt.Errorf("%w: export %q: %v", ErrMalformed, name, err)
 			}
@@ -163,47 +165,4 @@ func HasFuncExport(exports []Export, name string) bool {
 		}
 	}
 	return false
-}
-
-func readName(b []byte) (string, []byte, error) {
-	l, n, err := uleb(b)
-	if err != nil {
-		return "", nil, err
-	}
-	if l > uint64(len(b)-n) {
-		return "", nil, fmt.Errorf("name of %d bytes overruns its section", l)
-	}
-	return string(b[n : n+int(l)]), b[n+int(l):], nil
-}
-
-func uleb(b []byte) (uint64, int, error) {
-	var v uint64
-	var shift uint
-	for i := 0; i < len(b) && i < 10; i++ {
-		v |= uint64(b[i]&0x7f) << shift
-		if b[i]&0x80 == 0 {
-			return v, i + 1, nil
-		}
-		shift += 7
-	}
-	return 0, 0, errors.New("truncated LEB128 integer")
-}
-
-func appendUleb(b []byte, v uint64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			b = append(b, c|0x80)
-			continue
-		}
-		return append(b, c)
-	}
-}
-
-// appendSection appends a section: id, payload size, payload.
-func appendSection(out []byte, id byte, payload []byte) []byte {
-	out = append(out, id)
-	out = appendUleb(out, uint64(len(payload)))
-	return append(out, payload...)
 }

@@ -6,8 +6,11 @@
 // host can tell at a glance: it exports memory and `__guest_call`.
 //
 // Tests generate the modules they need with it; nothing is downloaded or
-// committed. It must not import anything of the host: it writes bytes.
+// committed. It must not import anything of the host: it writes bytes, with
+// the binary format's encoder internal/wasmenc (the one host/wasm/wasmbin uses).
 package hostile
+
+import "github.com/tollgate-dev/tollgate/internal/wasmenc"
 
 // Module describes a module to build. The zero value is a minimal waPC module
 // whose `__guest_call` returns 0.
@@ -59,15 +62,15 @@ const (
 
 // Bytes encodes m.
 func (m Module) Bytes() []byte {
-	out := []byte{0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00}
+	out := append([]byte(nil), wasmenc.Magic...)
 	// Types: 0 = (i32, i32) -> i32 (__guest_call), 1 = () -> ().
-	out = section(out, 1, vec(2,
+	out = section(out, 1, vec(
 		[]byte{0x60, 0x02, ValI32, ValI32, 0x01, ValI32},
 		[]byte{0x60, 0x00, 0x00},
 	))
 	nfuncs := 2 + m.ExtraFuncs
 	funcs := []byte{}
-	funcs = uleb(funcs, uint64(nfuncs))
+	funcs = wasmenc.AppendULEB128(funcs, uint64(nfuncs))
 	funcs = append(funcs, 0x00, 0x01)
 	for i := 0; i < m.ExtraFuncs; i++ {
 		funcs = append(funcs, 0x01)
@@ -77,7 +80,7 @@ func (m Module) Bytes() []byte {
 	if pages == 0 {
 		pages = 1
 	}
-	out = section(out, 5, uleb([]byte{0x01, 0x00}, uint64(pages)))
+	out = section(out, 5, wasmenc.AppendULEB128([]byte{0x01, 0x00}, uint64(pages)))
 	exports := [][]byte{
 		export("memory", 0x02, 0),
 		export("__guest_call", 0x00, 0),
@@ -85,9 +88,9 @@ func (m Module) Bytes() []byte {
 	if m.ExportAs != "" {
 		exports = append(exports, export(m.ExportAs, 0x00, 1))
 	}
-	out = section(out, 7, vec(len(exports), exports...))
+	out = section(out, 7, vec(exports...))
 	if m.Start {
-		out = section(out, 8, uleb(nil, 1))
+		out = section(out, 8, wasmenc.AppendULEB128(nil, 1))
 	}
 	// Code.
 	gc := m.GuestCall
@@ -103,7 +106,7 @@ func (m Module) Bytes() []byte {
 	for i := 0; i < m.ExtraFuncs; i++ {
 		bodies = append(bodies, body(nil, []byte{opEnd}))
 	}
-	out = section(out, 10, vec(len(bodies), bodies...))
+	out = section(out, 10, vec(bodies...))
 	return out
 }
 
@@ -168,46 +171,21 @@ func nested(depth int, open []byte) []byte {
 }
 
 func body(locals []LocalDecl, code []byte) []byte {
-	b := uleb(nil, uint64(len(locals)))
+	b := wasmenc.AppendULEB128(nil, uint64(len(locals)))
 	for _, l := range locals {
-		b = uleb(b, uint64(l.Count))
+		b = wasmenc.AppendULEB128(b, uint64(l.Count))
 		b = append(b, l.Type)
 	}
 	b = append(b, code...)
-	return uleb(nil, uint64(len(b)), b...)
+	return append(wasmenc.AppendULEB128(nil, uint64(len(b))), b...)
 }
 
 func export(name string, kind byte, index uint64) []byte {
-	b := uleb(nil, uint64(len(name)))
-	b = append(b, name...)
-	b = append(b, kind)
-	return uleb(b, index)
+	return wasmenc.AppendULEB128(append(wasmenc.AppendName(nil, name), kind), index)
 }
 
-func vec(n int, items ...[]byte) []byte {
-	b := uleb(nil, uint64(n))
-	for _, it := range items {
-		b = append(b, it...)
-	}
-	return b
-}
+func vec(items ...[]byte) []byte { return wasmenc.AppendVector(nil, items...) }
 
 func section(out []byte, id byte, payload []byte) []byte {
-	out = append(out, id)
-	out = uleb(out, uint64(len(payload)))
-	return append(out, payload...)
-}
-
-// uleb appends v as unsigned LEB128 to b, then tail.
-func uleb(b []byte, v uint64, tail ...byte) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			b = append(b, c|0x80)
-			continue
-		}
-		b = append(b, c)
-		return append(b, tail...)
-	}
+	return wasmenc.AppendSection(out, id, payload)
 }
