@@ -44,7 +44,7 @@ func Load(ctx context.Context, engine *wasm.Engine, cfg eval.Config, mode string
 	}
 	mod, err := Compile(ctx, engine.CompilationCache(), cfg.Module, Config{
 		MemoryLimitBytes: cfg.MemoryLimitBytes, MaxOutputBytes: cfg.MaxResponseBytes,
-		PoolSize: cfg.PoolSize, Data: data, Logger: cfg.Logger,
+		PoolSize: cfg.PoolSize, Data: data, Logger: cfg.Logger, Engine: engine,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("executionMode %s: %w", mode, err)

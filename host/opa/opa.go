@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,12 @@ type Config struct {
 	// DisableInstrumentation bounds the guest by wazero's close-on-context-done
 	// instead of an interrupt check compiled into the module.
 	DisableInstrumentation bool
+	// Engine, when set, compiles the module as it compiles every other
+	// policy's: screened with its structural limits, in a compiler process
+	// with its time and memory budget (so a module that would take the server
+	// down while compiling fails alone), through its load cache. Nil
+	// compiles in this process with the given cache and the default limits.
+	Engine *wasm.Engine
 }
 
 // Module is a compiled OPA module with a pool of instances. It is safe for
@@ -58,6 +65,8 @@ type Config struct {
 type Module struct {
 	rt          wazero.Runtime
 	cm          wazero.CompiledModule
+	cache       wazero.CompilationCache // the load-cache entry's (nil: none), closed with the module
+	stubbed     bool                    // loaded from its load-cache entry
 	cfg         Config
 	interrupt   string // the interrupt global of the instrumented module, "" if not instrumented
 	builtins    map[int32]builtin
@@ -86,7 +95,11 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 			return nil, fmt.Errorf("%w: no %s export", ErrNotOPA, name)
 		}
 	}
-	if err := wasm.Screen(code); err != nil {
+	screen := wasm.Screen
+	if cfg.Engine != nil {
+		screen = cfg.Engine.Screen // its limits
+	}
+	if err := screen(code); err != nil {
 		return nil, err
 	}
 	code, err = defineMemory(code)
@@ -120,18 +133,41 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 		}
 	}
 	rctx := context.WithoutCancel(ctx)
-	m.rt = wazero.NewRuntimeWithConfig(rctx, wasm.NewRuntimeConfig(cache).
-		WithCloseOnContextDone(m.interrupt == ""))
-	fail := func(err error) (*Module, error) {
-		_ = m.rt.Close(rctx)
+	closeOnDone := m.interrupt == ""
+	// compile makes a runtime with the env imports on cache and compiles
+	// code on it (a wasm.CompileFunc).
+	compile := func(ctx context.Context, code []byte, cache wazero.CompilationCache) (compiled, func(), error) {
+		rt := wazero.NewRuntimeWithConfig(rctx, wasm.NewRuntimeConfig(cache).WithCloseOnContextDone(closeOnDone))
+		if err := instantiateEnv(rctx, rt); err != nil {
+			_ = rt.Close(rctx)
+			return compiled{}, nil, err
+		}
+		cm, err := rt.CompileModule(ctx, code)
+		if err != nil {
+			_ = rt.Close(rctx)
+			return compiled{}, nil, wasm.CompileError(code, err)
+		}
+		return compiled{rt, cm}, func() { _ = rt.Close(rctx) }, nil
+	}
+	var c compiled
+	if cfg.Engine != nil {
+		// The key names the module as it runs (instrumented, its memory
+		// defined), so a change of either transformation is a new entry.
+		key := loadCacheVersion + "-" + strings.TrimPrefix(wasm.Digest(code), "sha256:")
+		c, m.cache, m.stubbed, err = wasm.LoadCached(ctx, cfg.Engine, key, closeOnDone, func() ([]byte, error) { return code, nil }, compile)
+	} else {
+		c, _, err = compile(ctx, code, cache)
+	}
+	if err != nil {
 		return nil, err
 	}
-	if err := instantiateEnv(rctx, m.rt); err != nil {
-		return fail(err)
-	}
-	m.cm, err = m.rt.CompileModule(ctx, code)
-	if err != nil {
-		return fail(wasm.CompileError(code, err))
+	m.rt, m.cm = c.rt, c.cm
+	fail := func(err error) (*Module, error) {
+		_ = m.rt.Close(rctx)
+		if m.cache != nil {
+			_ = m.cache.Close(rctx)
+		}
+		return nil, err
 	}
 	m.slots = make(chan struct{}, cfg.PoolSize)
 	m.idle = make(chan *instance, cfg.PoolSize)
@@ -187,7 +223,26 @@ func (m *Module) Close(ctx context.Context) error {
 	}
 	m.closed = true
 	m.mu.Unlock()
-	return m.rt.Close(ctx)
+	err := m.rt.Close(ctx)
+	if m.cache != nil {
+		_ = m.cache.Close(ctx)
+	}
+	return err
+}
+
+// FromLoadCache reports whether the module was loaded from its load-cache
+// entry (its stub compiled from the cache only) rather than compiled.
+func (m *Module) FromLoadCache() bool { return m.stubbed }
+
+// loadCacheVersion names the load-cache entries of OPA modules
+// (wasm.LoadCached): bump it when what a compiled entry holds changes
+// meaning.
+const loadCacheVersion = "opa-v1"
+
+// compiled is a runtime with the env imports and the module compiled on it.
+type compiled struct {
+	rt wazero.Runtime
+	cm wazero.CompiledModule
 }
 
 // Data is a data document for Eval, parsed by each instance the first time

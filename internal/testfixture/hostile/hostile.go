@@ -35,7 +35,16 @@ type Module struct {
 	// GuestCall is the code of `__guest_call` (type (i32, i32) -> i32,
 	// instructions and final `end`); nil returns 0.
 	GuestCall []byte
+	// OPA shapes the module as an OPA Wasm module (what host/opa checks
+	// before compiling): it imports `env`.`memory` instead of defining one,
+	// and exports the OPA ABI's functions, each the hostile function.
+	OPA bool
 }
+
+// OPAExports are the exports host/opa requires of an OPA Wasm module.
+var OPAExports = []string{"eval", "builtins", "entrypoints", "opa_malloc", "opa_json_parse", "opa_json_dump",
+	"opa_heap_ptr_get", "opa_heap_ptr_set", "opa_eval_ctx_new", "opa_eval_ctx_set_input", "opa_eval_ctx_set_data",
+	"opa_eval_ctx_set_entrypoint", "opa_eval_ctx_get_result"}
 
 // LocalDecl is one entry of a function's local declarations.
 type LocalDecl struct {
@@ -68,6 +77,10 @@ func (m Module) Bytes() []byte {
 		[]byte{0x60, 0x02, ValI32, ValI32, 0x01, ValI32},
 		[]byte{0x60, 0x00, 0x00},
 	))
+	if m.OPA { // env.memory, at least 2 pages
+		imp := append(wasmenc.AppendName(wasmenc.AppendName(nil, "env"), "memory"), 0x02, 0x00, 0x02)
+		out = section(out, 2, vec(imp))
+	}
 	nfuncs := 2 + m.ExtraFuncs
 	funcs := []byte{}
 	funcs = wasmenc.AppendULEB128(funcs, uint64(nfuncs))
@@ -80,10 +93,14 @@ func (m Module) Bytes() []byte {
 	if pages == 0 {
 		pages = 1
 	}
-	out = section(out, 5, wasmenc.AppendULEB128([]byte{0x01, 0x00}, uint64(pages)))
-	exports := [][]byte{
-		export("memory", 0x02, 0),
-		export("__guest_call", 0x00, 0),
+	exports := [][]byte{export("__guest_call", 0x00, 0)}
+	if m.OPA {
+		for _, name := range OPAExports {
+			exports = append(exports, export(name, 0x00, 1))
+		}
+	} else {
+		out = section(out, 5, wasmenc.AppendULEB128([]byte{0x01, 0x00}, uint64(pages)))
+		exports = append(exports, export("memory", 0x02, 0))
 	}
 	if m.ExportAs != "" {
 		exports = append(exports, export(m.ExportAs, 0x00, 1))
@@ -148,9 +165,11 @@ func NestedBlocks(depth int) []byte {
 }
 
 // NestedIfs is like NestedBlocks with `i32.const 0; if` at each level.
-func NestedIfs(depth int) []byte {
-	return Module{Body: nested(depth, []byte{opI32, 0x00, opIf, blockVoid})}.Bytes()
-}
+func NestedIfs(depth int) []byte { return Module{Body: NestedIfsBody(depth)}.Bytes() }
+
+// NestedIfsBody is the body of NestedIfs's function, for a Module of
+// another shape.
+func NestedIfsBody(depth int) []byte { return nested(depth, []byte{opI32, 0x00, opIf, blockVoid}) }
 
 // Functions is a module with n trivial functions besides `__guest_call`.
 func Functions(n int) []byte {

@@ -24,6 +24,7 @@ func TestModulesDecode(t *testing.T) {
 		"nested-blocks":   NestedBlocks(100),
 		"nested-ifs":      NestedIfs(100),
 		"functions":       Functions(100),
+		"opa":             Module{OPA: true, Body: NestedIfsBody(100)}.Bytes(),
 	}
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) {
