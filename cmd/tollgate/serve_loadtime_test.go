@@ -213,8 +213,13 @@ func TestServeStuckLoad(t *testing.T) {
 	})
 
 	t.Run("failed at the load deadline", func(t *testing.T) {
-		p := startServeProcess(t, policies, "--policy-load-timeout=5s", "--shutdown-timeout=5s", "--shutdown-delay=0s")
-		took := p.until("loop failed", 60*time.Second, func() string {
+		// The looping start gets a start timeout of 10 minutes (its timeoutEvalSeconds), so
+		// that the load deadline is what fails it; the deadline leaves the healthy policy 45 s
+		// to load on a loaded machine (5 s was not enough with two CPU-bound processes beside
+		// the test at load 23).
+		policies := healthyPolicy + "loop:\n  module: " + loop + "\n  timeoutEvalSeconds: 600\n"
+		p := startServeProcess(t, policies, "--policy-load-timeout=45s", "--shutdown-timeout=5s", "--shutdown-delay=0s")
+		took := p.until("loop failed", 3*time.Minute, func() string {
 			q, err := p.policy("loop")
 			if err != nil || q.State != status.StateFailed || q.Error == "" {
 				return fmt.Sprintf("%+v %v", q, err)
@@ -223,6 +228,9 @@ func TestServeStuckLoad(t *testing.T) {
 		})
 		q, _ := p.policy("loop")
 		t.Logf("loop failed %v after start: %s", took, q.Error)
+		if !strings.Contains(q.Error, "not loaded within 45s (--policy-load-timeout)") {
+			t.Errorf("loop failed for another reason than its load deadline: %s", q.Error)
+		}
 		if code, body := p.post("healthy"); code != 200 {
 			t.Errorf("healthy: HTTP %d %.200s", code, body)
 		}
