@@ -19,9 +19,10 @@
 // offers them, with Kubewarden's sprintf (every number argument converted to
 // an integer).
 //
-// Evaluator (evaluator.go) is the opa and gatekeeper execution modes of a
-// policy, an eval.Evaluator (host/policy/eval) that host/policy builds: the
-// input and the answer shaped as Kubewarden shapes them for each mode, and,
+// OPA and Gatekeeper (evaluator.go) are the opa and gatekeeper execution
+// modes of a policy, each an eval.Evaluator (host/policy/eval) that
+// host/policy builds: the input and the answer shaped as Kubewarden shapes
+// them for the mode, over a Rego module runner they share, and,
 // for a context-aware policy, the objects of the resources it is granted put
 // in its data before each evaluation (cluster.go: data.kubernetes for opa,
 // data.inventory for gatekeeper).

@@ -17,27 +17,59 @@ import (
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
-// Evaluator is the opa or the gatekeeper execution mode of a policy: the
-// same Rego module runner, with the input and the answer shaped as
-// Kubewarden shapes them for each (evaluate).
-type Evaluator struct {
+// rego is what the opa and gatekeeper execution modes share: the policy's
+// module with its pool of instances, and the data of a context-aware
+// policy. OPA and Gatekeeper shape the input and read the answer, each as
+// Kubewarden does for its mode.
+type rego struct {
 	cfg    eval.Config
 	mod    *Module
-	mode   string // metadata.ExecutionModeOPA or metadata.ExecutionModeGatekeeper
 	digest string
 	// cluster builds the data of a context-aware policy (nil: none).
 	cluster *clusterData
 }
 
-var _ eval.Evaluator = (*Evaluator)(nil)
+// OPA is the opa execution mode of a policy: the input is {"request": R},
+// the data document the settings (with data.kubernetes for a context-aware
+// policy), the answer an AdmissionResponse in result.response.
+type OPA struct{ rego }
 
-// Load loads a policy of executionMode opa or gatekeeper: a pool of
-// cfg.PoolSize instances, each with the data document loaded once (the
-// settings for opa, {} for gatekeeper). cluster gives the objects of the
-// resources the policy is granted, put in its data before each evaluation
-// (data.kubernetes for opa, data.inventory for gatekeeper); nil or no
-// resource: no cluster data.
-func Load(ctx context.Context, engine *wasm.Engine, cfg eval.Config, mode string, cluster *capabilities.Cluster) (*Evaluator, error) {
+// Gatekeeper is the gatekeeper execution mode of a policy: the input is
+// {"parameters": settings, "review": R}, the data document {} (with
+// data.inventory for a context-aware policy), the answer a list of
+// violations [{"msg": ...}].
+type Gatekeeper struct{ rego }
+
+var (
+	_ eval.Evaluator = (*OPA)(nil)
+	_ eval.Evaluator = (*Gatekeeper)(nil)
+)
+
+// LoadOPA loads a policy of executionMode opa: a pool of cfg.PoolSize
+// instances, each with the settings loaded once as its data document.
+// cluster gives the objects of the resources the policy is granted, put in
+// data.kubernetes before each evaluation; nil or no resource: none.
+func LoadOPA(ctx context.Context, engine *wasm.Engine, cfg eval.Config, cluster *capabilities.Cluster) (*OPA, error) {
+	r, err := loadRego(ctx, engine, cfg, metadata.ExecutionModeOPA, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return &OPA{r}, nil
+}
+
+// LoadGatekeeper loads a policy of executionMode gatekeeper: a pool of
+// cfg.PoolSize instances, each with the data document {} loaded once.
+// cluster gives the objects of the resources the policy is granted, put in
+// data.inventory before each evaluation; nil or no resource: none.
+func LoadGatekeeper(ctx context.Context, engine *wasm.Engine, cfg eval.Config, cluster *capabilities.Cluster) (*Gatekeeper, error) {
+	r, err := loadRego(ctx, engine, cfg, metadata.ExecutionModeGatekeeper, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return &Gatekeeper{r}, nil
+}
+
+func loadRego(ctx context.Context, engine *wasm.Engine, cfg eval.Config, mode string, cluster *capabilities.Cluster) (rego, error) {
 	data := []byte("{}")
 	if mode == metadata.ExecutionModeOPA {
 		data = cfg.Settings
@@ -47,44 +79,47 @@ func Load(ctx context.Context, engine *wasm.Engine, cfg eval.Config, mode string
 		PoolSize: cfg.PoolSize, Data: data, Logger: cfg.Logger, Engine: engine,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("executionMode %s: %w", mode, err)
+		return rego{}, fmt.Errorf("executionMode %s: %w", mode, err)
 	}
-	e := &Evaluator{cfg: cfg, mod: mod, mode: mode, digest: cfg.Digest}
+	r := rego{cfg: cfg, mod: mod, digest: cfg.Digest}
 	if cluster != nil && len(cluster.Resources()) > 0 {
-		if e.cluster, err = newClusterData(cluster, mode, cfg.Settings); err != nil {
+		if r.cluster, err = newClusterData(cluster, mode, cfg.Settings); err != nil {
 			_ = mod.Close(ctx)
-			return nil, err
+			return rego{}, err
 		}
 	}
-	if e.digest == "" {
-		e.digest = wasm.Digest(cfg.Module)
+	if r.digest == "" {
+		r.digest = wasm.Digest(cfg.Module)
 	}
-	return e, nil
+	return r, nil
 }
 
-// Mode is opa or gatekeeper.
-func (e *Evaluator) Mode() string { return e.mode }
+// Mode is opa.
+func (e *OPA) Mode() string { return metadata.ExecutionModeOPA }
+
+// Mode is gatekeeper.
+func (e *Gatekeeper) Mode() string { return metadata.ExecutionModeGatekeeper }
 
 // Digest is the module's digest.
-func (e *Evaluator) Digest() string { return e.digest }
+func (r *rego) Digest() string { return r.digest }
 
 // ValidateSettings accepts any settings: Kubewarden does not validate the
 // settings of Rego policies.
-func (e *Evaluator) ValidateSettings(context.Context) error { return nil }
+func (r *rego) ValidateSettings(context.Context) error { return nil }
 
 // Instances is how many instances are alive now, and the most kept.
-func (e *Evaluator) Instances() (live, size int) { return e.mod.Live(), e.mod.Size() }
+func (r *rego) Instances() (live, size int) { return r.mod.Live(), r.mod.Size() }
 
 // Close stops the instances and releases the module.
-func (e *Evaluator) Close(ctx context.Context) { _ = e.mod.Close(ctx) }
+func (r *rego) Close(ctx context.Context) { _ = r.mod.Close(ctx) }
 
 // ClusterBuilds is how many data documents a context-aware policy built
 // (tests, benchmarks).
-func (e *Evaluator) ClusterBuilds() int64 {
-	if e.cluster == nil {
+func (r *rego) ClusterBuilds() int64 {
+	if r.cluster == nil {
 		return 0
 	}
-	return e.cluster.builds.Load()
+	return r.cluster.builds.Load()
 }
 
 // Rejection texts, as Kubewarden's policy-evaluator gives them.
@@ -94,63 +129,64 @@ const (
 	msgClusterData   = "cannot build the Kubernetes context of the policy"
 )
 
-// Evaluate evaluates a request, shaping input and output as Kubewarden
-// does: opa gets {"request": R} and answers an AdmissionResponse in
-// result.response; gatekeeper gets {"parameters": settings, "review": R}
-// and answers a list of violations [{"msg": ...}].
-func (e *Evaluator) Evaluate(ctx context.Context, req eval.Request) (*eval.Result, error) {
+// Evaluate evaluates a request: {"request": R} in, an AdmissionResponse in
+// result.response out.
+func (e *OPA) Evaluate(ctx context.Context, req eval.Request) (*eval.Result, error) {
 	start := time.Now()
-	request := req.Request
-	var input []byte
-	switch e.mode {
-	case metadata.ExecutionModeGatekeeper:
-		if req.Raw {
-			return rejected(start, msgGatekeeperRaw, 500), nil
-		}
-		input = make([]byte, 0, len(request)+len(e.cfg.Settings)+28)
-		input = append(input, `{"parameters":`...)
-		input = append(input, e.cfg.Settings...)
-		input = append(input, `,"review":`...)
-		input = appendCompact(input, request)
-		input = append(input, '}')
-	default:
-		input = make([]byte, 0, len(request)+12)
-		input = append(input, `{"request":`...)
-		input = appendCompact(input, request)
-		input = append(input, '}')
+	input := make([]byte, 0, len(req.Request)+12)
+	input = append(input, `{"request":`...)
+	input = appendCompact(input, req.Request)
+	input = append(input, '}')
+	return e.eval(ctx, start, input, opaResult)
+}
+
+// Evaluate evaluates a request: {"parameters": settings, "review": R} in,
+// the violations [{"msg": ...}] out. A raw request is rejected, as with
+// Kubewarden.
+func (e *Gatekeeper) Evaluate(ctx context.Context, req eval.Request) (*eval.Result, error) {
+	start := time.Now()
+	if req.Raw {
+		return rejected(start, msgGatekeeperRaw, 500), nil
 	}
+	input := make([]byte, 0, len(req.Request)+len(e.cfg.Settings)+28)
+	input = append(input, `{"parameters":`...)
+	input = append(input, e.cfg.Settings...)
+	input = append(input, `,"review":`...)
+	input = appendCompact(input, req.Request)
+	input = append(input, '}')
+	return e.eval(ctx, start, input, gatekeeperResult)
+}
+
+// eval evaluates input (the evaluation having started at start) with the
+// cluster data of a context-aware policy, and reads the answer with decode.
+func (r *rego) eval(ctx context.Context, start time.Time, input []byte, decode func(out []byte) *eval.Result) (*eval.Result, error) {
 	var data *Data
-	timeout := e.cfg.Timeout
-	if e.cluster != nil {
+	timeout := r.cfg.Timeout
+	if r.cluster != nil {
 		// The lists and the guest share the evaluation's deadline.
-		deadline := start.Add(e.cfg.Timeout)
+		deadline := start.Add(r.cfg.Timeout)
 		dctx, cancel := context.WithDeadline(ctx, deadline)
 		var err error
-		data, err = e.cluster.data(dctx)
+		data, err = r.cluster.data(dctx)
 		cancel()
 		if err != nil {
-			e.cfg.Logger.Error("cannot build the Kubernetes data of a context-aware Rego policy", "error", err)
+			r.cfg.Logger.Error("cannot build the Kubernetes data of a context-aware Rego policy", "error", err)
 			return rejected(start, msgClusterData+": "+err.Error(), 500), nil
 		}
 		if timeout = time.Until(deadline); timeout <= 0 {
-			return nil, fmt.Errorf("policy %s: %w after %s: building the Kubernetes data took the whole evaluation time", e.cfg.ID, wasm.ErrTimeout, e.cfg.Timeout)
+			return nil, fmt.Errorf("policy %s: %w after %s: building the Kubernetes data took the whole evaluation time", r.cfg.ID, wasm.ErrTimeout, r.cfg.Timeout)
 		}
 	}
 	callStart := time.Now()
-	out, err := e.mod.Eval(ctx, timeout, input, data)
+	out, err := r.mod.Eval(ctx, timeout, input, data)
 	guest := time.Since(callStart)
 	if err != nil {
 		if errors.Is(err, ErrOutputLimit) {
 			err = fmt.Errorf("%w: %w", eval.ErrInvalidResponse, err)
 		}
-		return nil, fmt.Errorf("policy %s: %w", e.cfg.ID, err)
+		return nil, fmt.Errorf("policy %s: %w", r.cfg.ID, err)
 	}
-	var res *eval.Result
-	if e.mode == metadata.ExecutionModeGatekeeper {
-		res = gatekeeperResult(out)
-	} else {
-		res = opaResult(out)
-	}
+	res := decode(out)
 	res.GuestDuration = guest
 	res.Duration = time.Since(start)
 	return res, nil

@@ -118,25 +118,7 @@ func (h *Host) Close(ctx context.Context) error { return h.engine.Close(ctx) }
 // speaks (its `protocol_version` operation, which policy SDKs register), as
 // kwctl annotate does when metadata.yml does not say.
 func (h *Host) ProtocolVersion(ctx context.Context, module []byte) (string, error) {
-	mod, err := h.engine.Compile(ctx, module, wasm.ModuleConfig{})
-	if err != nil {
-		return "", err
-	}
-	defer mod.Release()
-	pool, err := mod.NewPool(ctx, 1)
-	if err != nil {
-		return "", err
-	}
-	defer pool.Close(ctx)
-	out, err := pool.Call(ctx, DefaultTimeout, "protocol_version", []byte("{}"))
-	if err != nil {
-		return "", fmt.Errorf("protocol_version: %w", err)
-	}
-	var v string
-	if err := json.Unmarshal(out, &v); err != nil {
-		return "", fmt.Errorf("protocol_version: %w: want a JSON string, got %.60q", ErrInvalidResponse, out)
-	}
-	return v, nil
+	return h.wapc.ProtocolVersion(ctx, module, DefaultTimeout)
 }
 
 // Spec describes a policy to load.
@@ -263,8 +245,10 @@ func (h *Host) evaluator(ctx context.Context, p *Policy, s Spec, mode string) (e
 	switch mode {
 	case metadata.ExecutionModeWasi:
 		return wasi.Load(ctx, h.engine, cfg)
-	case metadata.ExecutionModeOPA, metadata.ExecutionModeGatekeeper:
-		return opa.Load(ctx, h.engine, cfg, mode, s.Cluster)
+	case metadata.ExecutionModeOPA:
+		return opa.LoadOPA(ctx, h.engine, cfg, s.Cluster)
+	case metadata.ExecutionModeGatekeeper:
+		return opa.LoadGatekeeper(ctx, h.engine, cfg, s.Cluster)
 	default:
 		return h.wapc.Load(ctx, cfg, s.ShareInstances, s.ShareGroup)
 	}

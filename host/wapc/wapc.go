@@ -2,6 +2,7 @@ package wapc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -60,6 +61,31 @@ func (h *Host) Load(ctx context.Context, cfg eval.Config, share bool, group stri
 	}
 	e.pool = pool
 	return e, nil
+}
+
+// ProtocolVersion asks a module for the Kubewarden protocol version it
+// speaks (its `protocol_version` operation, which policy SDKs register), on
+// an instance of its own bounded by timeout.
+func (h *Host) ProtocolVersion(ctx context.Context, module []byte, timeout time.Duration) (string, error) {
+	mod, err := h.engine.Compile(ctx, module, wasm.ModuleConfig{})
+	if err != nil {
+		return "", err
+	}
+	defer mod.Release()
+	pool, err := mod.NewPool(ctx, 1)
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close(ctx)
+	out, err := pool.Call(ctx, timeout, "protocol_version", []byte("{}"))
+	if err != nil {
+		return "", fmt.Errorf("protocol_version: %w", err)
+	}
+	var v string
+	if err := json.Unmarshal(out, &v); err != nil {
+		return "", fmt.Errorf("protocol_version: %w: want a JSON string, got %.60q", eval.ErrInvalidResponse, out)
+	}
+	return v, nil
 }
 
 // Call runs a waPC operation on an instance of the pool.
