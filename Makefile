@@ -242,6 +242,6 @@ map-tinygo: tools
 # module until the whole suite passes on this one.
 map-tinygo-engine: tools
 	./scripts/build-map-tinygo.sh -o policies/mutating-admission-policy/tinygo/policy.wasm \
-		policies/mutating-admission-policy/tinygo -- -target=wasip1 -buildmode=c-shared -scheduler=none -no-debug
+		policies/mutating-admission-policy/tinygo -- -target=./wasip1-map.json -buildmode=c-shared -scheduler=none -no-debug
 	TOLLGATE_MAP_MODULE=$(CURDIR)/policies/mutating-admission-policy/tinygo/policy.wasm \
 		go test ./test/mapdiff -run TestDifferential -count=1 -timeout 60m

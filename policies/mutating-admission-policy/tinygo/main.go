@@ -4,7 +4,12 @@
 // scripts/build-map-tinygo.sh (the dependencies patched at build time):
 //
 //	scripts/build-map-tinygo.sh -o map-tinygo.wasm policies/mutating-admission-policy/tinygo -- \
-//	    -target=wasip1 -buildmode=c-shared -scheduler=none -no-debug
+//	    -target=./wasip1-map.json -buildmode=c-shared -scheduler=none -no-debug
+//
+// wasip1-map.json is TinyGo's wasip1 target with an 8 MiB stack instead of
+// wasm-ld's default 64 KiB: cel-go's ANTLR parser recurses deeply (with 64
+// KiB, 33 of test/mapdiff's 50 cases, even a one-line JSONPatch expression,
+// trapped with "out of bounds memory access" in validate_settings).
 //
 // It also builds with standard Go (GOOS=wasip1 GOARCH=wasm go build
 // -buildmode=c-shared), which answers alike. It is not shipped yet: the
