@@ -49,7 +49,9 @@ func wasiMisbehave(t *testing.T, h *policy.Host, behaviour string, s policy.Spec
 	s.ID, s.Module, s.ExecutionMode = "wasi-"+behaviour, testfixture.Module(t, wasiFixture), "wasi"
 	s.Settings = json.RawMessage(`{"behaviour":"` + behaviour + `","binding":"kubernetes"}`)
 	if s.Timeout == 0 {
-		s.Timeout = 500 * time.Millisecond
+		// Generous: only the loop case is about the deadline (and sets its own); "big"
+		// writes 1 MB and took more than 500 ms at load 20.
+		s.Timeout = 30 * time.Second
 	}
 	p, err := h.Load(context.Background(), s)
 	if err != nil {
@@ -84,7 +86,7 @@ func TestWasiOutcomes(t *testing.T) {
 		{behaviour: "panic", code: 500, message: "panic: assignment to entry in nil map"},
 		{behaviour: "hostcall", spec: policy.Spec{HostCalls: hostCalls}, message: `host answer: {"answer":"kubernetes/ns/op"}`},
 		{behaviour: "hostcall", message: "host error: host capability kubernetes/ns/op is not available"},
-		{behaviour: "loop", err: wasm.ErrTimeout},
+		{behaviour: "loop", spec: policy.Spec{Timeout: 500 * time.Millisecond}, err: wasm.ErrTimeout},
 		{behaviour: "alloc", spec: policy.Spec{MemoryLimitBytes: 64 << 20, Timeout: 10 * time.Second}, err: wasm.ErrMemoryLimit},
 		{behaviour: "big", spec: policy.Spec{MaxResponseBytes: 1 << 20}, err: policy.ErrInvalidResponse},
 		{behaviour: "garbage", err: policy.ErrInvalidResponse},

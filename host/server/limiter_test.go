@@ -102,7 +102,10 @@ func TestLoopingPolicyDoesNotStarveOthers(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the loop takes its workers and fills its queue
 	good := goodLatencies(t, h, stop)
 	wg.Wait()
-	if n, slowest := len(good), good[len(good)-1]; slowest > 500*time.Millisecond {
+	// Starved, a good request waits behind the loop's queue for the 2 s deadline (and gets 503,
+	// which goodLatencies fails on); 1.5 s leaves room for a loaded machine (544 ms seen at load
+	// 23 with two CPU-bound processes beside the test).
+	if n, slowest := len(good), good[len(good)-1]; slowest > 1500*time.Millisecond {
 		t.Errorf("the slowest of %d good requests took %v during the loop's burst", n, slowest)
 	}
 	_, metrics := h.get("/metrics")
@@ -383,7 +386,10 @@ func TestLoopingPolicyCoolsDown(t *testing.T) {
 	if slowRefusal >= time.Second {
 		t.Errorf("an answer after the first timeout took %v: the cool-down answers at once", slowRefusal)
 	}
-	if p90 > 100*time.Millisecond || slowest >= time.Second {
+	// A good request that waited for the loop's evaluation takes its 1 s deadline; p90 500 ms
+	// leaves room for a loaded machine (101 ms seen at load 23 with two CPU-bound processes
+	// beside the test; 100 ms was the bound before, and it failed there).
+	if p90 > 500*time.Millisecond || slowest >= time.Second {
 		t.Errorf("%d good requests beside the looping policy: p90 %v, slowest %v", n, p90, slowest)
 	}
 	_, metrics := h.get("/metrics")
