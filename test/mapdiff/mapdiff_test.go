@@ -163,7 +163,10 @@ func TestDifferential(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := host.Load(ctx, policy.Spec{ID: c.name, Module: module, Settings: settings, Timeout: 30 * time.Second, PoolSize: 1})
+			// Five minutes: what is compared is the answer, and the cost-limit case runs the
+			// CEL interpreter to its cost budget, which took more than 30 s at load 23 with
+			// two CPU-bound processes beside the test (make test-under-load).
+			p, err := host.Load(ctx, policy.Spec{ID: c.name, Module: module, Settings: settings, Timeout: 5 * time.Minute, PoolSize: 1})
 			if err != nil {
 				t.Fatalf("loading the module with the case's settings: %v", err)
 			}
