@@ -181,7 +181,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxNestingDepth, "max-nesting-depth", o.MaxNestingDepth, "deepest nesting of blocks, loops and ifs in one function of a module (the compiler's time grows faster than this)")
 	fs.DurationVar(&o.CompileTimeout, "compile-timeout", o.CompileTimeout, "time one module may take to compile (in a compiler process, killed after it; its CPU time is bounded too)")
 	fs.Int64Var(&o.CompileMemoryLimit, "compile-memory-limit", o.CompileMemoryLimit, "memory one module's compile may use, in bytes (the compiler process is stopped beyond it)")
-	fs.Int64Var(&o.PoliciesMemoryBudget, "policies-memory-budget", o.PoliciesMemoryBudget, "memory all loaded policies may hold together (compiled code and instance memory), in bytes; a policy whose load would exceed it fails with the reason (0: 3/4 of the container's memory limit, else of the machine's memory)")
+	fs.Int64Var(&o.PoliciesMemoryBudget, "policies-memory-budget", o.PoliciesMemoryBudget, "memory all loaded policies of every execution mode may hold together (compiled code and instance memory), in bytes; a policy whose load would exceed it fails with the reason (0: 3/4 of the container's memory limit, else of the machine's memory)")
 	fs.StringVar(&o.AlwaysAcceptNamespace, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNamespace, "accept every request in this namespace without evaluating policies")
 	fs.BoolVar(&o.Strict, "strict", o.Strict, "exit at start-up if any policy fails to load (default: serve the others, answer 500 for the failed one)")
 	fs.BoolVar(&o.Watch, "watch", o.Watch, "reload policies.yml when it changes (SIGHUP always reloads)")

@@ -57,6 +57,11 @@ type Config struct {
 	// with its time and memory budget (so a module that would take the server
 	// down while compiling fails alone), through its load cache. Nil
 	// compiles in this process with the given cache and the default limits.
+	// It also counts the module against the engine's memory budget
+	// (Engine.Reserve) until Close: its machine code
+	// (wasm.EstimatedCodeBytes) and the initial linear memory of the instance
+	// started at Compile, as the engine counts a waPC module and its first
+	// instance.
 	Engine *wasm.Engine
 }
 
@@ -80,6 +85,9 @@ type Module struct {
 	mu     sync.Mutex
 	closed bool
 	live   int
+	// unreserve gives back what the module counts against Config.Engine's
+	// memory budget, at Close.
+	unreserve func()
 }
 
 // Compile compiles an OPA module with the given compilation cache (nil: an
@@ -109,6 +117,13 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = wasm.DefaultMemoryLimit
 	}
+	unreserve := func() {}
+	if cfg.Engine != nil {
+		mem, _, _ := wasmbin.InitialMemory(code)
+		if unreserve, err = cfg.Engine.Reserve(wasm.EstimatedCodeBytes(len(code)) + int64(min(mem, cfg.MemoryLimitBytes))); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
@@ -124,7 +139,7 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	if cache == nil {
 		cache = wazero.NewCompilationCache()
 	}
-	m := &Module{cfg: cfg}
+	m := &Module{cfg: cfg, unreserve: unreserve}
 	if !cfg.DisableInstrumentation {
 		if inst, global, err := wasmbin.Instrument(code); err == nil {
 			code, m.interrupt = inst, global
@@ -159,6 +174,7 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 		c, _, err = compile(ctx, code, cache)
 	}
 	if err != nil {
+		unreserve()
 		return nil, err
 	}
 	m.rt, m.cm = c.rt, c.cm
@@ -167,6 +183,7 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 		if m.cache != nil {
 			_ = m.cache.Close(rctx)
 		}
+		unreserve()
 		return nil, err
 	}
 	m.slots = make(chan struct{}, cfg.PoolSize)
@@ -227,6 +244,7 @@ func (m *Module) Close(ctx context.Context) error {
 	if m.cache != nil {
 		_ = m.cache.Close(ctx)
 	}
+	m.unreserve()
 	return err
 }
 

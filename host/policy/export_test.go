@@ -7,3 +7,6 @@ func ClusterBuilds(p *Policy) int64 {
 	}
 	return 0
 }
+
+// MemoryBytes is what counts against the host's memory budget now.
+func (h *Host) MemoryBytes() int64 { return h.engine.MemoryBytes() }

@@ -64,7 +64,8 @@ type HostOptions struct {
 	CompileTimeout     time.Duration
 	CompileMemoryBytes uint64
 	// MemoryBudgetBytes bounds the compiled code and instance memory of
-	// the waPC policies loaded (wasm.Config.MemoryBudgetBytes; zero: derived).
+	// the policies loaded, of every execution mode (wasm.Config.MemoryBudgetBytes,
+	// wasm.Engine.Reserve for WASI and Rego; zero: derived).
 	MemoryBudgetBytes uint64
 }
 

@@ -55,7 +55,10 @@ type Config struct {
 	// its load cache (wasm.LoadCached): a warm load compiles a stub of the
 	// module from the cache instead of decoding and validating all its code.
 	// Digest is the module's sha256 digest then ("sha256:<hex>", computed
-	// when empty).
+	// when empty). When set, the module is screened with the engine's
+	// limits and counts against its memory budget (Engine.Reserve) until
+	// Close: its machine code (wasm.EstimatedCodeBytes) and the initial
+	// linear memory of the Ahead instances it keeps started.
 	Engine *wasm.Engine
 	Digest string
 }
@@ -72,12 +75,15 @@ type Module struct {
 	// stubbed: it was loaded from there (wasm.LoadCached).
 	cache   wazero.CompilationCache
 	stubbed bool
-	base    wazero.ModuleConfig
-	cfg     Config
-	ctx     context.Context // cancelled by Close: stops instances started ahead
-	cancel  context.CancelFunc
-	ahead   chan *session
-	wg      sync.WaitGroup
+	// unreserve gives back what the module counts against the engine's
+	// memory budget (Config.Engine), at Close.
+	unreserve func()
+	base      wazero.ModuleConfig
+	cfg       Config
+	ctx       context.Context // cancelled by Close: stops instances started ahead
+	cancel    context.CancelFunc
+	ahead     chan *session
+	wg        sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
@@ -103,6 +109,19 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 	if cfg.MemoryLimitBytes == 0 {
 		cfg.MemoryLimitBytes = wasm.DefaultMemoryLimit
 	}
+	unreserve := func() {}
+	if cfg.Engine != nil {
+		mem, _, _ := wasmbin.InitialMemory(code)
+		if unreserve, err = cfg.Engine.Reserve(wasm.EstimatedCodeBytes(len(code)) + int64(max(cfg.Ahead, 0))*int64(min(mem, cfg.MemoryLimitBytes))); err != nil {
+			return nil, err
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			unreserve()
+		}
+	}()
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
@@ -137,8 +156,9 @@ func Compile(ctx context.Context, cache wazero.CompilationCache, code []byte, cf
 		return nil, err
 	}
 	rt, cm := c.rt, c.cm
+	ok = true
 	m := &Module{
-		rt: rt, cm: cm, cfg: cfg, cache: mcache, stubbed: stubbed,
+		rt: rt, cm: cm, cfg: cfg, cache: mcache, stubbed: stubbed, unreserve: unreserve,
 		base: wazero.NewModuleConfig().WithName("").
 			WithSysWalltime().WithSysNanotime().WithRandSource(rand.Reader),
 	}
@@ -207,6 +227,7 @@ func (m *Module) Close(ctx context.Context) error {
 	if m.cache != nil {
 		_ = m.cache.Close(ctx)
 	}
+	m.unreserve()
 	return err
 }
 

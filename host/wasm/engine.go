@@ -265,9 +265,8 @@ func (e *Engine) Compile(ctx context.Context, wasm []byte, cfg ModuleConfig) (*M
 	if ent.err == nil {
 		m := ent.mod
 		if m.codeBytes <= 0 {
-			// Compiled without a cache directory to measure: wazero's
-			// machine code is about twice the module's size.
-			m.codeBytes = 2 * int64(len(wasm))
+			// Compiled without a cache directory to measure.
+			m.codeBytes = EstimatedCodeBytes(len(wasm))
 		}
 		m.eng = e
 		e.used.Add(m.codeBytes)

@@ -325,9 +325,29 @@ func (e *Engine) checkBudget() error {
 	return nil
 }
 
+// Reserve counts n bytes against the engine's memory budget for modules the
+// engine does not compile itself (a WASI command, a Rego module: their
+// machine code and the linear memory of the instances they keep), as
+// Compile and NewPool count a waPC module's. When the total would exceed the
+// budget it counts nothing and fails with ErrMemoryBudget and the reason.
+// release gives the bytes back; calling it again does nothing.
+func (e *Engine) Reserve(n int64) (release func(), err error) {
+	e.used.Add(n)
+	if err := e.checkBudget(); err != nil {
+		e.used.Add(-n)
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { e.used.Add(-n) }) }, nil
+}
+
+// EstimatedCodeBytes is the machine code wazero makes of a module of n bytes
+// when it cannot be measured: about twice the module's size.
+func EstimatedCodeBytes(n int) int64 { return 2 * int64(n) }
+
 // MemoryBytes is what counts against the engine's memory budget now: the
-// machine code of its compiled modules and the linear memory of their
-// pools' live instances.
+// machine code of its compiled modules, the linear memory of their pools'
+// live instances and what Reserve counted.
 func (e *Engine) MemoryBytes() int64 { return e.used.Load() }
 
 // MemoryBudget is the engine's memory budget, in bytes.

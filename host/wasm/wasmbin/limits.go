@@ -348,3 +348,37 @@ func measureCode(r *reader, importedFuncs uint64, st *Stats, l Limits, over func
 	}
 	return refSelect, nil
 }
+
+// PageSize is the size of a page of linear memory.
+const PageSize = 64 << 10
+
+// InitialMemory is the initial size, in bytes, of a module's first memory
+// (imported or defined), what each of its instances starts with; ok is false
+// for a module without memory.
+func InitialMemory(wasm []byte) (bytes uint64, ok bool, err error) {
+	secs, err := Sections(wasm)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, s := range secs {
+		r := &reader{b: s.Payload}
+		switch s.ID {
+		case sectionImport:
+			c, _ := r.imports(r.u32(), nil)
+			if r.err == nil && c.memories > 0 {
+				return min(c.memoryMin, 1<<32) * PageSize, true, nil
+			}
+		case sectionMemory:
+			if r.u32() > 0 {
+				_, pages := r.limits()
+				if r.err == nil {
+					return min(pages, 1<<32) * PageSize, true, nil
+				}
+			}
+		}
+		if r.err != nil {
+			return 0, false, fmt.Errorf("section %d at byte %d: %w", s.ID, s.Start, r.wrapped())
+		}
+	}
+	return 0, false, nil
+}

@@ -158,3 +158,23 @@ func TestCheckLimitsTables(t *testing.T) {
 		t.Errorf("Proposals(one imported and one defined memory) = %v, %v; want multi-memory", p, err)
 	}
 }
+
+// TestInitialMemory: the initial size of a module's first memory, imported
+// or defined, in bytes; none for a module without memory.
+func TestInitialMemory(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  []byte
+		want uint64
+		ok   bool
+	}{
+		{"defined", mod(sec(5, 1, 1, 3, 10)), 3 << 16, true},
+		{"imported", mod(sec(2, 1, 3, 'e', 'n', 'v', 6, 'm', 'e', 'm', 'o', 'r', 'y', 2, 0, 5)), 5 << 16, true},
+		{"none", mod(sec(1, 1, 0x60, 0, 0)), 0, false},
+	} {
+		got, ok, err := InitialMemory(c.mod)
+		if err != nil || got != c.want || ok != c.ok {
+			t.Errorf("%s: InitialMemory = %d, %v, %v; want %d, %v", c.name, got, ok, err, c.want, c.ok)
+		}
+	}
+}

@@ -171,8 +171,12 @@ func (r *reader) types() {
 	}
 }
 
-// imported counts the entries of an import section by kind.
-type imported struct{ funcs, tables, memories, globals, tags uint32 }
+// imported counts the entries of an import section by kind; memoryMin is
+// the initial size, in pages, of the first memory imported.
+type imported struct {
+	funcs, tables, memories, globals, tags uint32
+	memoryMin                              uint64
+}
 
 // imports reads the n entries of an import section (after its count) and
 // counts them by kind. table, when not nil, is given each imported table's
@@ -196,7 +200,10 @@ func (r *reader) imports(n uint32, table func(i uint32, min uint64) error) (impo
 				}
 			}
 		case 2: // memory: limits
-			r.limits()
+			_, min := r.limits()
+			if c.memories == 0 {
+				c.memoryMin = min
+			}
 			c.memories++
 		case 3: // global: valtype, mutability
 			r.valType()
