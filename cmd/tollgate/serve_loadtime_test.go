@@ -63,6 +63,7 @@ type serveProcess struct {
 	cmd         *exec.Cmd
 	out         *lockedBuffer
 	port, probe int
+	pfile       string // its policies.yml
 	exited      chan struct{}
 }
 
@@ -73,7 +74,7 @@ func startServeProcess(t *testing.T, policies string, args ...string) *serveProc
 	if err := os.WriteFile(pfile, []byte(policies), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProcess{t: t, out: &lockedBuffer{}, port: freePort(t), probe: freePort(t), exited: make(chan struct{})}
+	p := &serveProcess{t: t, out: &lockedBuffer{}, port: freePort(t), probe: freePort(t), pfile: pfile, exited: make(chan struct{})}
 	p.cmd = exec.Command(tollgateBinary(t), append([]string{"serve", "--policies", pfile, "--insecure-http", "--addr=127.0.0.1",
 		"--port=" + strconv.Itoa(p.port), "--readiness-probe-port=" + strconv.Itoa(p.probe), "--cache-dir=" + dir + "/cache"}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -126,12 +127,21 @@ func (p *serveProcess) until(what string, limit time.Duration, f func() string) 
 	}
 }
 
-// policy is id's entry of GET /policies.
-func (p *serveProcess) policy(id string) (status.Policy, error) {
+// policies is GET /policies.
+func (p *serveProcess) policies() (status.Policies, error) {
 	code, body := probeGet(p.probe, "/policies")
 	var pl status.Policies
 	if err := json.Unmarshal([]byte(body), &pl); code != 200 || err != nil {
-		return status.Policy{}, fmt.Errorf("GET /policies: HTTP %d %v", code, err)
+		return pl, fmt.Errorf("GET /policies: HTTP %d %v", code, err)
+	}
+	return pl, nil
+}
+
+// policy is id's entry of GET /policies.
+func (p *serveProcess) policy(id string) (status.Policy, error) {
+	pl, err := p.policies()
+	if err != nil {
+		return status.Policy{}, err
 	}
 	for _, q := range pl.Policies {
 		if q.ID == id {
@@ -315,5 +325,47 @@ func TestServeStartsOnEmptyPolicies(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestServeEmptiedPoliciesFile: policies.yml emptied in place (`: > policies.yml`, or an editor
+// that truncates before it writes) and a reload (SIGHUP here; the file watcher does the same)
+// keep the last good configuration serving: the reload is reported rejected in /policies with
+// the reason, the policy still answers. Before (checked with 6bd8156's binary through
+// TOLLGATE_TEST_BIN), the empty file was adopted as "no policies": the reload was reported ok
+// and the policy answered 404.
+func TestServeEmptiedPoliciesFile(t *testing.T) {
+	if len(demo.Names()) != 3 {
+		t.Fatalf("embedded example modules: %v; run `make policies demo-modules`", demo.Names())
+	}
+	p := startServeProcess(t, healthyPolicy)
+	p.until("healthy answers", 2*time.Minute, func() string {
+		if code, body := p.post("healthy"); code != 200 {
+			return fmt.Sprintf("HTTP %d %.200s", code, body)
+		}
+		return ""
+	})
+	if err := os.WriteFile(p.pfile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	var pl status.Policies
+	p.until("the emptied file's reload reported", time.Minute, func() string {
+		var err error
+		if pl, err = p.policies(); err != nil {
+			return err.Error()
+		}
+		if pl.LastReload.Trigger == "start" || (pl.LastReload.OK && len(pl.Policies) > 0) {
+			return fmt.Sprintf("last reload %+v, %d policies", pl.LastReload, len(pl.Policies))
+		}
+		return ""
+	})
+	if pl.LastReload.OK || !strings.Contains(pl.LastReload.Error, "empty policies file") {
+		t.Errorf("the emptied file's reload: %+v, want rejected as an empty policies file", pl.LastReload)
+	}
+	if code, body := p.post("healthy"); code != 200 {
+		t.Errorf("healthy after the emptied file's reload: HTTP %d %.200s", code, body)
 	}
 }
