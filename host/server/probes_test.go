@@ -34,11 +34,12 @@ func (l *gatedLoader) Load(ctx context.Context, spec policy.Spec) (Evaluator, er
 	return l.testLoader.Load(ctx, spec)
 }
 
-// eventually polls f until it returns "" (ok) or fails the test after 10 s
-// with f's last answer.
+// eventually polls f until it returns "" (ok) or fails the test after a minute with f's last
+// answer. The ceiling is generous: it waits for an event, and only a failing test reaches it
+// (10 s ran out once for TestProbesAnswerWhileLoading at load 17-28).
 func eventually(t *testing.T, what string, f func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		msg := f()
 		if msg == "" {
