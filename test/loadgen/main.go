@@ -316,6 +316,9 @@ func freePort() int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// readyTimeout bounds a server's start to /readiness 200 (scale's -ready-timeout).
+var readyTimeout = 2 * time.Minute
+
 func waitReady(url string, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	for time.Since(start) < timeout {
@@ -340,7 +343,7 @@ func startProc(name string, args []string, readyURL string, env ...string) (*pro
 	if err := cmd.Start(); err != nil {
 		return nil, 0, err
 	}
-	if _, err := waitReady(readyURL, 120*time.Second); err != nil {
+	if _, err := waitReady(readyURL, readyTimeout); err != nil {
 		cmd.Process.Kill()
 		return nil, 0, fmt.Errorf("%v\n%s", err, log)
 	}

@@ -99,6 +99,7 @@ func scale(args []string) error {
 	hold := fs.Duration("hold", 0, "keep the last warm server running this long (its PID printed), to inspect it")
 	settle := fs.Duration("settle", time.Second, "after a warm start, measure the memory again this much later (the server gives back what loading freed)")
 	only := fs.String("only", "", "comma-separated policy id prefixes to keep (labels, caps, registries, map, gk)")
+	fs.DurationVar(&readyTimeout, "ready-timeout", readyTimeout, "how long a start may take to /readiness 200 (a cold start on a busy machine takes minutes)")
 	fs.Parse(args)
 
 	absRoot, err := filepath.Abs(*root)
