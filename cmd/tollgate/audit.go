@@ -131,17 +131,7 @@ itself failed (bad flags, the cluster unreachable, a list or a report write refu
 }
 
 func (f *auditFlags) logger(w io.Writer) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return nil, fmt.Errorf("--log-level: %q: want debug, info, warn or error", f.logLevel)
-	}
-	switch f.logFmt {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
-	}
-	return nil, fmt.Errorf("--log-fmt: %q: want text or json", f.logFmt)
+	return newLogger(w, f.logLevel, f.logFmt)
 }
 
 func runAudit(cmd *cobra.Command, f *auditFlags) error {

@@ -38,7 +38,7 @@ current-context: c
 		{[]string{"--report-kind", "wgpolicy"}, `--report-kind: "wgpolicy": want openreports or policyreport`},
 		{[]string{"-c", "-n", "shop"}, "--cluster and --namespace exclude each other"},
 		{[]string{"-o", "csv"}, `unknown output format "csv"`},
-		{[]string{"--log-level", "loud"}, `--log-level: "loud"`},
+		{[]string{"--log-level", "loud"}, "--log-level=loud: must be trace, debug, info, warn or error"},
 		{[]string{"--extra-ca", "/nonexistent/ca.pem", "--kubeconfig", kubeconfig}, "--extra-ca: open /nonexistent/ca.pem"},
 		{[]string{"--client-cert", "c.pem"}, "client-cert client-key"},
 		{[]string{"--watch", "--disable-store", "--kubeconfig", kubeconfig}, "--watch keeps reports fresh"},

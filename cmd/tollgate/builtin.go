@@ -13,8 +13,3 @@ func init() {
 		r.BuiltinDigest = builtin.Digest
 	})
 }
-
-// shareInstances says which modules serve shares instances of between
-// policies: the settings-keyed built-in modules (host/builtin.IsSettingsKeyed),
-// whatever URI names them.
-var shareInstances = builtin.IsSettingsKeyed

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/capabilities"
 	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/module"
+	"github.com/tollgate-dev/tollgate/host/oci"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/internal/kubeclient"
 )
@@ -53,7 +53,7 @@ func (f *capabilityFlags) register(cmd *cobra.Command) {
 // context-aware Rego policy: the granted resources, none without
 // --allow-context-aware) and a function to call when done (it finishes a
 // recording and reports replayed sessions with exchanges left over).
-func (f *capabilityFlags) hostCalls(id string, declared []metadata.ContextAwareResource, reg *lazyRegistry, logger *slog.Logger) (wasm.HostCallHandler, *capabilities.Cluster, func() error, error) {
+func (f *capabilityFlags) hostCalls(id string, declared []metadata.ContextAwareResource, reg *oci.Lazy, logger *slog.Logger) (wasm.HostCallHandler, *capabilities.Cluster, func() error, error) {
 	allow := capabilities.Allow{HostCapabilities: f.allowed}
 	switch {
 	case f.allowContextAware && len(declared) == 0:
@@ -67,7 +67,7 @@ func (f *capabilityFlags) hostCalls(id string, declared []metadata.ContextAwareR
 	}
 	opts := capabilities.Options{Logger: logger}
 	if reg != nil {
-		opts.OCI = registryCapability{reg}
+		opts.OCI = reg
 	}
 	var err error
 	if f.replay != "" {
@@ -115,36 +115,8 @@ func (f *capabilityFlags) hostCalls(id string, declared []metadata.ContextAwareR
 	return call, h.Cluster(id, allow.Resources), done, nil
 }
 
-// registryCapability answers the oci capabilities with the registry client
-// of registry:// modules (same sources.yml, credentials and store).
-type registryCapability struct{ l *lazyRegistry }
-
-func (r registryCapability) ImageDigest(ctx context.Context, image string) (string, error) {
-	c, err := r.l.get()
-	if err != nil {
-		return "", err
-	}
-	return c.ImageDigest(ctx, image)
-}
-
-func (r registryCapability) ImageManifest(ctx context.Context, image string) (string, string, []byte, error) {
-	c, err := r.l.get()
-	if err != nil {
-		return "", "", nil, err
-	}
-	return c.ImageManifest(ctx, image)
-}
-
-func (r registryCapability) ImageManifestAndConfig(ctx context.Context, image string) ([]byte, string, []byte, error) {
-	c, err := r.l.get()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	return c.ImageManifestAndConfig(ctx, image)
-}
-
 // registryOf is the resolver's registry client, when it is tollgate's.
-func registryOf(r *module.Resolver) *lazyRegistry {
-	l, _ := r.Registry.(*lazyRegistry)
+func registryOf(r *module.Resolver) *oci.Lazy {
+	l, _ := r.Registry.(*oci.Lazy)
 	return l
 }

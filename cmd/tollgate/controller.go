@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -16,7 +15,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/tollgate-dev/tollgate/crds/controller"
-	"github.com/tollgate-dev/tollgate/host/config"
 )
 
 // controllerFlags are the flags of `tollgate controller`.
@@ -95,19 +93,11 @@ func (f *controllerFlags) options(stderr io.Writer) (controller.Options, error) 
 			return o, fmt.Errorf("--%s=%s: must be positive", d.flag, d.v)
 		}
 	}
-	lvl, err := config.ParseLogLevel(f.logLevel)
+	logger, err := newLogger(stderr, f.logLevel, f.logFmt)
 	if err != nil {
-		return o, fmt.Errorf("--log-level=%s: %w", f.logLevel, err)
+		return o, err
 	}
-	ho := &slog.HandlerOptions{Level: lvl}
-	switch f.logFmt {
-	case "json":
-		o.Logger = slog.New(slog.NewJSONHandler(stderr, ho))
-	case "text":
-		o.Logger = slog.New(slog.NewTextHandler(stderr, ho))
-	default:
-		return o, fmt.Errorf("--log-fmt=%s: must be text or json", f.logFmt)
-	}
+	o.Logger = logger
 	return o, nil
 }
 

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -52,56 +50,8 @@ func addOCIPersistentFlags(root *cobra.Command) { ociGlobal.register(root.Persis
 
 func init() {
 	resolverHooks = append(resolverHooks, func(r *module.Resolver) {
-		r.Registry = &lazyRegistry{flags: &ociGlobal}
+		r.Registry = &oci.Lazy{Open: ociGlobal.client}
 	})
-}
-
-// newRegistryFetcher is the registry:// fetcher for a command with its own
-// settings (serve): storePath "" is the default store; sources nil reads
-// sourcesPath ("" = the default sources file, if any); logger nil logs
-// warnings to stderr.
-func newRegistryFetcher(storePath, sourcesPath, dockerConfig string, sources *oci.Sources, logger *slog.Logger) module.RegistryFetcher {
-	if logger == nil {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	return &lazyRegistry{open: func() (*oci.Client, error) {
-		return oci.NewClient(oci.Options{
-			StorePath:        storePath,
-			SourcesPath:      sourcesPath,
-			Sources:          sources,
-			DockerConfigPath: dockerConfig,
-			Logger:           logger,
-		})
-	}}
-}
-
-// lazyRegistry opens the OCI client (and the store) on the first registry:// module only.
-type lazyRegistry struct {
-	flags  *ociFlags
-	open   func() (*oci.Client, error)
-	once   sync.Once
-	client *oci.Client
-	err    error
-}
-
-func (l *lazyRegistry) Fetch(ctx context.Context, uri string) ([]byte, string, error) {
-	c, err := l.get()
-	if err != nil {
-		return nil, "", err
-	}
-	return c.Fetch(ctx, uri)
-}
-
-// get opens the client on first use.
-func (l *lazyRegistry) get() (*oci.Client, error) {
-	l.once.Do(func() {
-		if l.open != nil {
-			l.client, l.err = l.open()
-		} else {
-			l.client, l.err = l.flags.client()
-		}
-	})
-	return l.client, l.err
 }
 
 // writeFileAtomic writes a file through a temporary file in the same directory.

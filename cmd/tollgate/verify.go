@@ -121,7 +121,7 @@ func (f *verifyFlags) guard(resolver *module.Resolver, uri string) error {
 	if reg == nil {
 		return errors.New("verification: registry:// modules are not fetched by tollgate's registry client here")
 	}
-	c, err := reg.get()
+	c, err := reg.Client()
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,22 @@ type Policy struct {
 // IsGroup reports whether p is a policy group.
 func (p *Policy) IsGroup() bool { return p.Group != nil }
 
+// ContextAware reports whether the entry, or a member of the group,
+// declares contextAwareResources.
+func (p *Policy) ContextAware() bool {
+	if len(p.ContextAwareResources) > 0 {
+		return true
+	}
+	if p.Group != nil {
+		for _, m := range p.Group.Members {
+			if len(m.ContextAwareResources) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Group is a policy group: members combined by a boolean expression.
 type Group struct {
 	// Expression is the source text, e.g. `a() && (b() || !c())`.

@@ -5,8 +5,10 @@
 // bundles for air-gapped clusters.
 //
 // It owns: the registry:// URI grammar, registry transport configuration
-// (sources.yml, Docker credentials, proxies from the environment), the
-// on-disk store (an OCI image layout) and its index.
+// (sources.yml compiled to certificate pools, Docker credentials, proxies
+// from the environment), the on-disk store (an OCI image layout) and its
+// index, and [Lazy], a client opened on first use. The sources.yml syntax
+// is host/config's.
 //
 // It must NOT know about: Wasm execution, waPC, policies.yml, Kubernetes
 // admission, or the CLI. The loader (host/module) calls [Client.Fetch]; the

@@ -275,13 +275,7 @@ func (s *Server) warnContextAware(cfg *config.Config) {
 		return // served by the loader's host capabilities
 	}
 	for _, p := range cfg.Policies {
-		n := len(p.ContextAwareResources)
-		if p.Group != nil {
-			for _, m := range p.Group.Members {
-				n += len(m.ContextAwareResources)
-			}
-		}
-		if n > 0 {
+		if p.ContextAware() {
 			s.log.Warn("contextAwareResources are not served by this server yet: the policy's kubernetes host calls will fail", "policy", p.ID)
 		}
 	}

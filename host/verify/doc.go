@@ -11,7 +11,8 @@
 // ClientTrustConfig), reading a module's signatures from its repository,
 // matching certificate identities, and the cache of verified digests.
 // [Verifier.Verify] is the one entry point; [Fetcher] pins the verified
-// digest so that the module that runs is the one that was verified.
+// digest so that the module that runs is the one that was verified; [Files]
+// makes Verifiers from files that may change, and polls them.
 //
 // It must NOT know about: Wasm, policies.yml, the policy server, Kubernetes,
 // or the command line. The registry protocol is host/oci's (the same
