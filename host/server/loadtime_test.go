@@ -59,23 +59,14 @@ func (l *stuckLoader) Load(ctx context.Context, spec policy.Spec) (Evaluator, er
 // policies, as serve does.
 func begin(t *testing.T, ho harnessOpts) *harness {
 	t.Helper()
-	h, so := prepare(t, ho)
-	srv, err := Open(so)
-	if err != nil {
+	h := openProbing(t, ho)
+	if err := h.srv.Begin(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h.srv = srv
-	if err := srv.ServeProbes(); err != nil {
+	if err := h.srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h.serving()
-	if err := srv.Begin(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	h.base = "https://" + srv.Addr()
+	h.base = "https://" + h.srv.Addr()
 	h.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: h.ca}}}
 	return h
 }
@@ -404,4 +395,21 @@ func TestEmptyConfigMapKeyKeepsServing(t *testing.T) {
 	if code, _ := h.post("/validate/ok", reviewFor("u", "CREATE", "default", pod(nil))); code != 404 {
 		t.Errorf("after {}: HTTP %d, want 404", code)
 	}
+}
+
+// openProbing opens a server for ho with its probe port serving, before any
+// configuration is loaded.
+func openProbing(t *testing.T, ho harnessOpts) *harness {
+	t.Helper()
+	h, so := prepare(t, ho)
+	srv, err := Open(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = srv
+	if err := srv.ServeProbes(); err != nil {
+		t.Fatal(err)
+	}
+	h.serving()
+	return h
 }

@@ -73,16 +73,8 @@ grp:
     a: {module: script://ok}
     b: {module: script://ok}
 `
-	h, so := prepare(t, harnessOpts{policies: file, loader: l})
-	srv, err := Open(so)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.srv = srv
-	if err := srv.ServeProbes(); err != nil {
-		t.Fatal(err)
-	}
-	h.serving()
+	h := openProbing(t, harnessOpts{policies: file, loader: l})
+	srv := h.srv
 	loaded := make(chan error, 1)
 	go func() {
 		err := srv.Load(context.Background())

@@ -31,12 +31,17 @@ type Guest interface {
 // after a deadline).
 func (c *Config) Evaluate(ctx context.Context, g Guest, req Request, reusePayload bool) (*Result, error) {
 	start := time.Now()
-	buf := payloads.Get().(*[]byte)
-	payload := c.appendPayload((*buf)[:0], req.Request)
+	var buf *[]byte // from payloads, only when the payload goes back there
+	var dst []byte
+	if reusePayload {
+		buf = payloads.Get().(*[]byte)
+		dst = (*buf)[:0]
+	}
+	payload := c.appendPayload(dst, req.Request)
 	callStart := time.Now()
 	out, startCost, err := g.Call(ctx, "validate", payload)
 	guest := time.Since(callStart)
-	if reusePayload && cap(payload) <= maxPooledPayload {
+	if buf != nil && cap(payload) <= maxPooledPayload {
 		*buf = payload
 		payloads.Put(buf)
 	}
