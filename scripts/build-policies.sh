@@ -592,6 +592,13 @@ main() {
 		[[ "$NEED" != *annotate* ]] || need_tollgate=1
 	done
 	log "${#dirs[@]} policies: $((${#dirs[@]} - to_build)) in the build cache, $to_build to build, $JOBS at a time (planned in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s)"
+	# tollgate (for annotate) builds while the tools install: on a fresh machine both download
+	# modules from the proxy, and each fills the cores the other leaves idle while it waits.
+	local tollgate_pid=""
+	if ((need_tollgate == 1)); then
+		build_tollgate &
+		tollgate_pid=$!
+	fi
 	((need_tinygo == 0)) || check_tinygo
 	if ((need_opa == 1)); then
 		OPA_BIN="$(find_tool OPA install-opa.sh)" || exit 1
@@ -599,7 +606,7 @@ main() {
 	if ((need_wasm_opt == 1)); then
 		WASM_OPT_BIN="$(find_tool WASM_OPT install-binaryen.sh)" || exit 1
 	fi
-	((need_tollgate == 0)) || build_tollgate
+	[[ -z "$tollgate_pid" ]] || wait "$tollgate_pid" || exit 1
 	[[ -n "$TOLLGATE_BIN" ]] || log "no tollgate annotate command yet: policy.wasm files are not annotated"
 
 	local status
