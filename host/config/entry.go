@@ -9,7 +9,8 @@ import (
 // `tollgate scaffold`): the same fields ParsePolicies reads into a Policy,
 // in Kubewarden's shape. A policy has Module; a group has Expression and
 // Policies (its members: Module, Settings, ContextAwareResources,
-// HostCapabilities, TimeoutEvalSeconds).
+// HostCapabilities, TimeoutEvalSeconds). Either may have a Shadow, the
+// candidate version evaluated beside it (see Shadow).
 //
 // What is written: a nil slice or map, a nil pointer and an empty string are
 // left out; a non-nil empty slice is written as [] (contextAwareResources: []
@@ -31,6 +32,9 @@ type Entry struct {
 	TimeoutEvalSeconds    *int32
 	Expression            string
 	Policies              map[string]Entry
+	// Shadow is the candidate version evaluated beside this one (see
+	// Shadow); nil for none.
+	Shadow *EntryShadow
 }
 
 // NamespacedName is Kubewarden's namespacedName of an entry.
@@ -54,11 +58,12 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 		Policies              *map[string]Entry       `json:"policies,omitempty"`
 		PolicyMode            Mode                    `json:"policyMode,omitempty"`
 		Settings              json.RawMessage         `json:"settings,omitempty"`
+		Shadow                *EntryShadow            `json:"shadow,omitempty"`
 		TimeoutEvalSeconds    *int32                  `json:"timeoutEvalSeconds,omitempty"`
 	}
 	w := wire{AllowedToMutate: e.AllowedToMutate, Expression: e.Expression,
 		NamespacedName: e.NamespacedName, PolicyMode: e.PolicyMode, Settings: e.Settings,
-		TimeoutEvalSeconds: e.TimeoutEvalSeconds}
+		TimeoutEvalSeconds: e.TimeoutEvalSeconds, Shadow: e.Shadow}
 	if e.ContextAwareResources != nil {
 		w.ContextAwareResources = &e.ContextAwareResources
 	}
@@ -75,10 +80,15 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 	if e.Policies != nil {
 		w.Policies = &e.Policies
 	}
+	return marshalNoEscape(w)
+}
+
+// marshalNoEscape is json.Marshal without HTML escaping.
+func marshalNoEscape(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(w); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil

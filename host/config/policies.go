@@ -61,6 +61,9 @@ type Policy struct {
 	Timeout time.Duration
 	// Group is set for policy groups.
 	Group *Group
+	// Shadow is the candidate version evaluated beside this one, complete
+	// (what the entry's shadow omits is this version's); nil for none.
+	Shadow *Shadow
 }
 
 // IsGroup reports whether p is a policy group.
@@ -308,7 +311,7 @@ func (p *parser) policy(id string, n *yaml.Node) (Policy, bool) {
 	// resource an entry comes from, on every entry: accepted silently.
 	known := map[string]bool{"module": !isGroup, "settings": !isGroup, "allowedToMutate": !isGroup,
 		"policyMode": true, "contextAwareResources": !isGroup, "message": true, "timeoutEvalSeconds": !isGroup,
-		"policies": isGroup, "expression": isGroup, "namespacedName": true, "hostCapabilities": true}
+		"policies": isGroup, "expression": isGroup, "namespacedName": true, "hostCapabilities": true, "shadow": true}
 	for _, k := range keys {
 		if !known[k.Value] {
 			if isGroup && (k.Value == "module" || k.Value == "settings" || k.Value == "allowedToMutate") {
@@ -340,11 +343,8 @@ func (p *parser) policy(id string, n *yaml.Node) (Policy, bool) {
 		v, ok := fields["module"]
 		if !ok {
 			p.fail(n, id, "", "module", "", "missing: every policy needs a module URI")
-		} else if s, ok := p.str(v, id, "", "module"); ok {
-			if s == "" {
-				p.fail(v, id, "", "module", `""`, "must not be empty")
-			}
-			pol.Module = s
+		} else {
+			pol.Module = p.moduleURI(v, id, "", "module", "must not be empty")
 		}
 		if v, ok := fields["settings"]; ok {
 			pol.Settings = p.settings(v, id, "")
@@ -362,6 +362,9 @@ func (p *parser) policy(id string, n *yaml.Node) (Policy, bool) {
 			pol.Timeout = p.timeout(v, id, "")
 		}
 	}
+	if v, ok := fields["shadow"]; ok {
+		pol.Shadow = p.shadow(id, v, &pol, fields)
+	}
 	return pol, len(p.errs) == errsBefore
 }
 
@@ -375,15 +378,9 @@ func (p *parser) group(id string, fields map[string]*yaml.Node) *Group {
 		for i := 0; i+1 < len(mv.Content); i += 2 {
 			k, v := mv.Content[i], deref(mv.Content[i+1])
 			name := k.Value
-			if !memberNameRE.MatchString(name) {
-				p.fail(k, id, name, "policies", strconv.Quote(name), "a member name must be an identifier ([A-Za-z_][A-Za-z0-9_]*) so the expression can call it")
+			if !p.memberName(k, id, "policies", seen) {
 				continue
 			}
-			if seen[name] {
-				p.fail(k, id, name, "policies", strconv.Quote(name), "duplicate member")
-				continue
-			}
-			seen[name] = true
 			if v == nil || !mapping(v) {
 				p.fail(v, id, name, "", show(v), "a member must be a map with `module`")
 				continue
@@ -395,12 +392,7 @@ func (p *parser) group(id string, fields map[string]*yaml.Node) *Group {
 				switch fk.Value {
 				case "module":
 					hasModule = true
-					if s, ok := p.str(fv, id, name, "module"); ok {
-						if s == "" {
-							p.fail(fv, id, name, "module", `""`, "must not be empty")
-						}
-						m.Module = s
-					}
+					m.Module = p.moduleURI(fv, id, name, "module", "must not be empty")
 				case "settings":
 					m.Settings = p.settings(fv, id, name)
 				case "contextAwareResources":
@@ -462,6 +454,22 @@ func (p *parser) group(id string, fields map[string]*yaml.Node) *Group {
 	return g
 }
 
+// memberName checks a group member's name (key k of field): an identifier
+// not seen before in the same map (seen, which it adds it to).
+func (p *parser) memberName(k *yaml.Node, id, field string, seen map[string]bool) bool {
+	name := k.Value
+	if !memberNameRE.MatchString(name) {
+		p.fail(k, id, name, field, strconv.Quote(name), "a member name must be an identifier ([A-Za-z_][A-Za-z0-9_]*) so the expression can call it")
+		return false
+	}
+	if seen[name] {
+		p.fail(k, id, name, field, strconv.Quote(name), "duplicate member")
+		return false
+	}
+	seen[name] = true
+	return true
+}
+
 func deref(n *yaml.Node) *yaml.Node {
 	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 100; i++ {
 		n = n.Alias
@@ -470,6 +478,16 @@ func deref(n *yaml.Node) *yaml.Node {
 		return nil
 	}
 	return n
+}
+
+// moduleURI reads a module URI: a string, which must not be empty (the
+// reason given when it is).
+func (p *parser) moduleURI(n *yaml.Node, policy, member, field, empty string) string {
+	s, ok := p.str(n, policy, member, field)
+	if ok && s == "" {
+		p.fail(n, policy, member, field, `""`, empty)
+	}
+	return s
 }
 
 func (p *parser) str(n *yaml.Node, policy, member, field string) (string, bool) {
@@ -570,22 +588,27 @@ func (p *parser) resources(n *yaml.Node, policy, member string) []ContextAwareRe
 
 // settings converts a YAML settings node to a JSON object.
 func (p *parser) settings(n *yaml.Node, policy, member string) json.RawMessage {
+	return p.settingsField(n, policy, member, "settings")
+}
+
+// settingsField is settings for the field named field.
+func (p *parser) settingsField(n *yaml.Node, policy, member, field string) json.RawMessage {
 	n = deref(n)
 	if n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null") {
 		return json.RawMessage("{}")
 	}
 	if !mapping(n) {
-		p.fail(n, policy, member, "settings", show(n), "must be a map (or absent)")
+		p.fail(n, policy, member, field, show(n), "must be a map (or absent)")
 		return json.RawMessage("{}")
 	}
 	v, err := p.toJSONValue(n, 0)
 	if err != nil {
-		p.fail(n, policy, member, "settings", "", err.Error())
+		p.fail(n, policy, member, field, "", err.Error())
 		return json.RawMessage("{}")
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		p.fail(n, policy, member, "settings", "", err.Error())
+		p.fail(n, policy, member, field, "", err.Error())
 		return json.RawMessage("{}")
 	}
 	return b
