@@ -5,6 +5,6 @@
 //
 // Subpackage api/v1 holds the types and the names of the objects made for them; the reconcilers
 // behind `tollgate controller` live in crds/controller, the audit behind `tollgate audit` in
-// crds/audit. This package itself only serves the generated YAML: it must not know how it is
-// reconciled or audited.
+// crds/audit, and `tollgate rollout` (a policy's revisions) in crds/rollout. This package itself
+// only serves the generated YAML: it must not know how it is reconciled or audited.
 package crds

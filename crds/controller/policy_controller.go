@@ -122,6 +122,8 @@ type policyReconciler struct {
 	statuses *serverStatuses
 	configs  *configCache
 	events   record.EventRecorder
+	// revs reads ControllerRevisions (uncached: mgr's API reader); nil reads through Client.
+	revs client.Reader
 }
 
 // policyKinds returns, per kind, a new object and a new list.
@@ -173,6 +175,9 @@ func setupPolicyReconcilers(mgr ctrl.Manager, o Options, certs *CertManager) err
 func setupPolicyReconcilersWith(mgr ctrl.Manager, o Options, certs caBundler, build buildEntryFunc) error {
 	events := mgr.GetEventRecorderFor("tollgate-controller") //nolint:staticcheck // the events/v1 recorder is not needed here
 	for _, r := range newPolicyReconcilers(mgr.GetClient(), mgr.GetClient(), o, certs, build, events) {
+		// ControllerRevisions are read when a policy's revision changes only: a cache would
+		// hold every StatefulSet's and DaemonSet's revisions of the cluster.
+		r.revs = mgr.GetAPIReader()
 		if err := r.setupWithManager(mgr); err != nil {
 			return err
 		}
@@ -513,6 +518,14 @@ func (r *policyReconciler) stageActive(ctx context.Context, p v1.Policy, id, psN
 	if !wasActiveStage {
 		r.events.Event(p, corev1.EventTypeNormal, ReasonPolicyActive, "the policy is active")
 	}
+	if err := r.recordRevision(ctx, p, v.policy); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		// The policy serves all the same: say so and try again later.
+		r.events.Event(p, corev1.EventTypeWarning, ReasonRevisionFailed, err.Error())
+		return slowPoll, nil
+	}
 	if v.current < v.asked {
 		// Keep PolicyServerConfigurationUpToDate true to the replicas.
 		return slowPoll, nil
@@ -669,6 +682,9 @@ type verdict struct {
 	refused string
 	// mode the policy is served in, "" when no replica serves it.
 	mode string
+	// policy is the policy as a replica serving its current version reports it (module
+	// digests), nil when none does.
+	policy *status.Policy
 }
 
 // policyMode is the mode the policy's status shows: the replicas' mode, unknown when no
@@ -718,6 +734,9 @@ func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
 		switch {
 		case err == nil:
 			servedBy++
+			if v.policy == nil && pol != nil {
+				v.policy = pol
+			}
 		case errors.Is(err, status.ErrOtherConfig):
 			refused := !ps.LastReload.OK && ps.LastReload.Digest == digest
 			if refused {
@@ -727,6 +746,9 @@ func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
 			case wasActive && pol != nil && pol.Current():
 				// The policy's entry is the one this replica serves.
 				servedBy++
+				if v.policy == nil {
+					v.policy = pol
+				}
 			case refused:
 				// The server read the configuration and refused it as a whole: the policy
 				// cannot load until the file is fixed.

@@ -34,6 +34,7 @@ var (
 		{APIGroups: []string{"policies.tollgate.dev"}, Resources: suffixed(policyKinds, "/finalizers"), Verbs: []string{"update"}},
 		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations", "mutatingwebhookconfigurations"}, Verbs: allVerbs},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"controllerrevisions"}, Verbs: []string{"get", "list", "create", "update", "delete"}},
 	}
 	// contextAwarePolicies=true adds what writing the servers' context-aware ClusterRoles needs.
 	wantContextAwareRules = []rbacv1.PolicyRule{

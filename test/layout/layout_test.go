@@ -52,7 +52,7 @@ func imports(t *testing.T, dir string) map[string][]string {
 }
 
 func TestDependencies(t *testing.T) {
-	applications := []string{"cmd/", "crds/controller", "crds/audit"}
+	applications := []string{"cmd/", "crds/controller", "crds/audit", "crds/rollout"}
 	for _, tc := range []struct {
 		dir       string
 		forbidden []string

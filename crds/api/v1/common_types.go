@@ -235,6 +235,10 @@ type PolicyStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Revision is the revision the policy server serves (a ControllerRevision of the policy's
+	// module digest and settings) and since when; set once the policy is active.
+	// +optional
+	Revision *RevisionStatus `json:"revision,omitempty"`
 	// Audit is the last full audit pass's summary for this policy, written by `tollgate audit`
 	// (a merge patch of this field only; the controller keeps it).
 	// +optional

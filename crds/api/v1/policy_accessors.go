@@ -29,6 +29,8 @@ type Policy interface {
 	// IncludedSkippedNamespaces returns the skipped namespaces a cluster-wide policy sees
 	// anyway (spec.includeSkippedNamespaces; nil for namespaced policies).
 	IncludedSkippedNamespaces() []string
+	// Revisions returns what the spec says about the policy's revisions.
+	Revisions() RevisionSpec
 }
 
 var (
@@ -83,3 +85,11 @@ func (p *AdmissionPolicyGroup) IsGroup() bool                           { return
 func (p *AdmissionPolicyGroup) IsNamespaced() bool                      { return true }
 func (p *AdmissionPolicyGroup) Selector() (*metav1.LabelSelector, bool) { return nil, false }
 func (p *AdmissionPolicyGroup) IncludedSkippedNamespaces() []string     { return nil }
+
+func (p *ClusterAdmissionPolicy) Revisions() RevisionSpec { return p.Spec.RevisionSpec }
+
+func (p *AdmissionPolicy) Revisions() RevisionSpec { return p.Spec.RevisionSpec }
+
+func (p *ClusterAdmissionPolicyGroup) Revisions() RevisionSpec { return p.Spec.RevisionSpec }
+
+func (p *AdmissionPolicyGroup) Revisions() RevisionSpec { return p.Spec.RevisionSpec }

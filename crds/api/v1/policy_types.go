@@ -7,8 +7,9 @@ import (
 // ClusterAdmissionPolicySpec is the desired state of a ClusterAdmissionPolicy.
 // +kubebuilder:validation:XValidation:rule="!has(self.timeoutEvalSeconds) || self.timeoutEvalSeconds <= self.timeoutSeconds",message="timeoutEvalSeconds must not exceed timeoutSeconds (default 10)",fieldPath=".timeoutEvalSeconds"
 type ClusterAdmissionPolicySpec struct {
-	WebhookSpec `json:",inline"`
-	ModuleSpec  `json:",inline"`
+	WebhookSpec  `json:",inline"`
+	ModuleSpec   `json:",inline"`
+	RevisionSpec `json:",inline"`
 
 	// Mutating says whether the policy may mutate requests (a MutatingWebhookConfiguration);
 	// a mutation from a policy that is not mutating rejects the request.
@@ -55,8 +56,9 @@ type ClusterAdmissionPolicySpec struct {
 // +kubebuilder:validation:XValidation:rule=`self.rules.all(r, !(has(r.apiGroups) && r.apiGroups.exists(g, g == '*') && r.resources.exists(x, x == '*' || x == '*/*')))`,message="an AdmissionPolicy may not match every resource of every group (apiGroups '*' with resources '*' or '*/*')",fieldPath=".rules"
 // +kubebuilder:validation:XValidation:rule=`self.rules.all(r, !(has(r.apiGroups) && r.apiGroups.exists(g, g == 'wgpolicyk8s.io' || g == '*') && r.resources.exists(x, x == 'policyreports' || x == '*' || x == '*/*' || x.startsWith('policyreports/'))))`,message="an AdmissionPolicy may not match policyreports (group wgpolicyk8s.io)",fieldPath=".rules"
 type AdmissionPolicySpec struct {
-	WebhookSpec `json:",inline"`
-	ModuleSpec  `json:",inline"`
+	WebhookSpec  `json:",inline"`
+	ModuleSpec   `json:",inline"`
+	RevisionSpec `json:",inline"`
 
 	// Mutating says whether the policy may mutate requests.
 	Mutating bool `json:"mutating"`
@@ -101,8 +103,9 @@ type GroupSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.policies.map(k, has(self.policies[k].timeoutEvalSeconds) ? self.policies[k].timeoutEvalSeconds : 0).sum() <= self.timeoutSeconds",message="the members' timeoutEvalSeconds together must not exceed timeoutSeconds (default 10)",fieldPath=".policies"
 // +kubebuilder:validation:XValidation:rule=`self.expression.findAll('[_a-zA-Z][_a-zA-Z0-9]*[ \t]*[(]').all(c, c.split('(')[0].trim() in self.policies)`,message="expression calls a policy that is not in policies",fieldPath=".expression"
 type ClusterAdmissionPolicyGroupSpec struct {
-	WebhookSpec `json:",inline"`
-	GroupSpec   `json:",inline"`
+	WebhookSpec  `json:",inline"`
+	GroupSpec    `json:",inline"`
+	RevisionSpec `json:",inline"`
 
 	// Policies are the members, by name.
 	// +kubebuilder:validation:MinProperties=1
@@ -136,8 +139,9 @@ type ClusterAdmissionPolicyGroupSpec struct {
 // +kubebuilder:validation:XValidation:rule=`self.rules.all(r, !(has(r.apiGroups) && r.apiGroups.exists(g, g == '*') && r.resources.exists(x, x == '*' || x == '*/*')))`,message="an AdmissionPolicyGroup may not match every resource of every group (apiGroups '*' with resources '*' or '*/*')",fieldPath=".rules"
 // +kubebuilder:validation:XValidation:rule=`self.rules.all(r, !(has(r.apiGroups) && r.apiGroups.exists(g, g == 'wgpolicyk8s.io' || g == '*') && r.resources.exists(x, x == 'policyreports' || x == '*' || x == '*/*' || x.startsWith('policyreports/'))))`,message="an AdmissionPolicyGroup may not match policyreports (group wgpolicyk8s.io)",fieldPath=".rules"
 type AdmissionPolicyGroupSpec struct {
-	WebhookSpec `json:",inline"`
-	GroupSpec   `json:",inline"`
+	WebhookSpec  `json:",inline"`
+	GroupSpec    `json:",inline"`
+	RevisionSpec `json:",inline"`
 
 	// Policies are the members, by name.
 	// +kubebuilder:validation:MinProperties=1
