@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/capabilities"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/serve"
+	"github.com/tollgate-dev/tollgate/host/telemetry"
 	"github.com/tollgate-dev/tollgate/internal/demo"
 )
 
@@ -101,6 +102,10 @@ func runServe(cmd *cobra.Command, o *config.Options, sendDemo, demoExit bool) er
 	so.MaxCachedObjects, _ = fs.GetInt("max-cached-objects")
 	so.VerificationPath, _ = fs.GetString("verification-path")
 	so.TrustConfigPath, _ = fs.GetString("sigstore-trust-config")
+	if so.Telemetry, err = telemetry.FromEnv(os.LookupEnv); err != nil {
+		return err
+	}
+	so.Version = version
 	if sendDemo {
 		so.Demo = func(addr, caFile string) error {
 			return runDemo(cmd.OutOrStdout(), addr, o.InsecureHTTP, caFile, demoExit)

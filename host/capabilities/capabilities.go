@@ -7,6 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Sentinel errors. Errors given to the guest carry Kubewarden's texts; these
@@ -143,14 +147,33 @@ func errorf(format string, args ...any) error { return &callError{fmt.Sprintf(fo
 // call follows Kubewarden's order: binding, the hostCapabilities gate on
 // "<namespace>/<operation>", payload decoding, the contextAwareResources gate
 // (kubernetes get/list), the handler.
+// A call made under a recording span (a traced admission request) gets a
+// span of its own: the capability, the outcome and, for cacheable calls,
+// whether a cache answered; never the payload or the answer.
 func (p *policyCalls) call(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, error) {
 	start := time.Now()
 	path := namespace + "/" + operation
 	capName := capabilityLabel(path)
+	var span trace.Span
+	if parent := trace.SpanFromContext(ctx); parent.IsRecording() {
+		ctx, span = parent.TracerProvider().Tracer(tracerName).Start(ctx, "host_call "+capName,
+			trace.WithAttributes(attribute.String("tollgate.host_call.capability", capName), attribute.String("tollgate.policy.id", p.id)))
+	}
 	out, outcome, err := p.dispatch(ctx, binding, namespace, operation, path, capName, payload)
 	p.h.m.observe(p.id, capName, outcome, time.Since(start))
+	if span != nil {
+		span.SetAttributes(attribute.String("tollgate.host_call.outcome", outcome))
+		if outcome != "success" {
+			span.SetStatus(codes.Error, outcome)
+			span.SetAttributes(attribute.String("error.type", outcome))
+		}
+		span.End()
+	}
 	return out, err
 }
+
+// tracerName is the instrumentation scope of the host-call spans.
+const tracerName = "github.com/tollgate-dev/tollgate/host/capabilities"
 
 // dispatch answers a call; path is "<namespace>/<operation>" and capName its
 // metric label (computed once by call).

@@ -9,7 +9,9 @@
 // (contextAwareResources, hostCapabilities patterns), the Kubernetes client
 // and its bounded caches (informers started lazily per declared kind,
 // a TTL cache for can_i), the capability metrics (tollgate_capability_*),
-// and kwctl's record/replay session format.
+// the spans of host calls made under a traced request (through the
+// OpenTelemetry API alone: the caller's span carries the tracer), and
+// kwctl's record/replay session format.
 //
 // It must NOT know about: HTTP serving, Wasm or waPC instances, policies.yml
 // or the CLI. The single entry point is [New], whose [Host.ForPolicy] returns

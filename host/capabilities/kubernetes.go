@@ -211,7 +211,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 	var obj map[string]any
 	mask := newFieldMask(masks(r.FieldMasks))
 	if r.DisableCache {
-		k.m.cache(capName, "bypass")
+		k.m.cache(ctx, capName, "bypass")
 	} else if rc := k.cacheFor(mp, Resource{r.APIVersion, r.Kind}); rc != nil {
 		if st := rc.store(); st != nil {
 			key := r.Name
@@ -220,7 +220,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 			}
 			if o, ok, _ := st.GetByKey(key); ok {
 				if u, ok := o.(*unstructured.Unstructured); ok {
-					k.m.cache(capName, "hit")
+					k.m.cache(ctx, capName, "hit")
 					return rc.encoded(key, u, mask)
 				}
 			}
@@ -228,7 +228,7 @@ func (k *Kubernetes) get(ctx context.Context, r *GetResourceRequest) ([]byte, er
 	}
 	if obj == nil {
 		if !r.DisableCache {
-			k.m.cache(capName, "miss")
+			k.m.cache(ctx, capName, "miss")
 		}
 		u, err := k.o.Dynamic.Resource(mp.Resource).Namespace(ns).Get(ctx, r.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -343,7 +343,7 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 	var encodedItems []listItem // from a cache
 	answered := false
 	if !cacheable {
-		k.m.cache(capName, "bypass")
+		k.m.cache(ctx, capName, "bypass")
 	} else if rc := k.cacheFor(mp, Resource{apiVersion, kind}); rc != nil {
 		if st := rc.store(); st != nil {
 			var objs []any
@@ -374,12 +374,12 @@ func (k *Kubernetes) list(ctx context.Context, mp *meta.RESTMapping, capName, ap
 				encodedItems = append(encodedItems, listItem{u.GetNamespace() + "/" + u.GetName(), b})
 			}
 			answered = true
-			k.m.cache(capName, "hit")
+			k.m.cache(ctx, capName, "hit")
 		}
 	}
 	if !answered {
 		if cacheable {
-			k.m.cache(capName, "miss")
+			k.m.cache(ctx, capName, "miss")
 		}
 		l, err := k.o.Dynamic.Resource(mp.Resource).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: lsText, FieldSelector: fsText})
 		if err != nil {
@@ -443,12 +443,12 @@ func (k *Kubernetes) canI(ctx context.Context, r *CanIRequest) ([]byte, error) {
 	key, _ := json.Marshal(r.Request)
 	if !r.DisableCache {
 		if b, ok := k.canIs.get(string(key)); ok {
-			k.m.cache("kubernetes/can_i", "hit")
+			k.m.cache(ctx, "kubernetes/can_i", "hit")
 			return b, nil
 		}
-		k.m.cache("kubernetes/can_i", "miss")
+		k.m.cache(ctx, "kubernetes/can_i", "miss")
 	} else {
-		k.m.cache("kubernetes/can_i", "bypass")
+		k.m.cache(ctx, "kubernetes/can_i", "bypass")
 	}
 	ra := r.Request.ResourceAttributes
 	str := func(p *string) string {

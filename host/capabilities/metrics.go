@@ -1,9 +1,12 @@
 package capabilities
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // metrics are the capability metrics; Host is a prometheus.Collector of them.
@@ -58,8 +61,13 @@ func (m *metrics) denied(policy, capability string) {
 	m.denials.WithLabelValues(policy, capability).Inc()
 }
 
-func (m *metrics) cache(capability, result string) {
+// cache counts a cacheable call's result (hit, miss, bypass) and marks the
+// call's span with it when the call is traced.
+func (m *metrics) cache(ctx context.Context, capability, result string) {
 	m.cacheHits.WithLabelValues(capability, result).Inc()
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("tollgate.host_call.cache", result))
+	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {

@@ -26,10 +26,10 @@ func (h *Host) oci(ctx context.Context, tag, image string) ([]byte, error) {
 	key := tag + "\x00" + image
 	capName := ociCapabilities[tag]
 	if b, ok := h.ociTTL.get(key); ok {
-		h.m.cache(capName, "hit")
+		h.m.cache(ctx, capName, "hit")
 		return b, nil
 	}
-	h.m.cache(capName, "miss")
+	h.m.cache(ctx, capName, "miss")
 	var out []byte
 	switch tag {
 	case "OciManifestDigest":

@@ -2,7 +2,8 @@
 // the configuration (with its wait for an empty policies.yml), the Wasm host,
 // the module resolver (sources.yml, the registry client, signature
 // verification), TLS (a given or generated certificate, reloaded), the host
-// capabilities, the ConfigMap watch, and host/server's life cycle: probes,
+// capabilities, the OpenTelemetry export (host/telemetry), the ConfigMap
+// watch, and host/server's life cycle: probes,
 // loads, start, reloads on SIGHUP, drain on SIGTERM. [Run] is its one entry
 // point.
 //

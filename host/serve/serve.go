@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/policy"
 	"github.com/tollgate-dev/tollgate/host/server"
+	"github.com/tollgate-dev/tollgate/host/telemetry"
 	"github.com/tollgate-dev/tollgate/host/wasm"
 	"github.com/tollgate-dev/tollgate/internal/demo"
 )
@@ -59,6 +60,12 @@ type Options struct {
 	// --demo requests. With DemoExit the server then shuts down.
 	Demo     func(addr, caFile string) error
 	DemoExit bool
+
+	// Telemetry is the OpenTelemetry export (traces, OTLP metrics), from
+	// the OTEL_* variables; the zero value exports nothing.
+	Telemetry telemetry.Config
+	// Version is the service.version of the exported telemetry.
+	Version string
 }
 
 // Run serves until ctx ends or SIGTERM/SIGINT; SIGHUP reloads.
@@ -95,6 +102,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	so := server.Options{Config: cfg, Loader: m.loader, Logger: logger, TLS: tlsCfg, Certs: certs,
 		Reread: reread(*opts, cfg), Metrics: []prometheus.Collector{logsDropped}}
+	tel, err := telemetry.New(ctx, o.Telemetry, telemetry.Options{Logger: logger.With("component", "telemetry"), ServiceVersion: o.Version})
+	if err != nil {
+		return err
+	}
+	defer shutdownTelemetry(tel, logger)
+	so.Tracer, so.Propagator = tel.Tracer(), tel.Propagator()
+	so.Metrics = append(so.Metrics, tel.Collectors()...)
 	closeCapabilities, err := withCapabilities(o, m, &so, cfg)
 	if err != nil {
 		return err
@@ -129,6 +143,16 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	return serveUntilSignal(ctx, srv, opts, sigs, logger)
+}
+
+// shutdownTelemetry sends the spans still queued, for at most 5 s: a
+// collector that is down does not hold the exit back longer.
+func shutdownTelemetry(tel *telemetry.Telemetry, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		logger.Warn("telemetry: the last spans were not all exported", "error", err)
+	}
 }
 
 // newHost is the Wasm host with the server's limits, cache and budget.

@@ -8,6 +8,11 @@
 // connection cap, timeouts, graceful drain, and hot reload of the policy set
 // with an atomic swap.
 //
+// With Options.Tracer it traces each webhook request (trace.go): a server
+// span continuing the caller's W3C trace context, a span per policy
+// evaluation and group member; it knows the OpenTelemetry API only, not how
+// spans are exported (host/telemetry).
+//
 // It owns Kubewarden's admission semantics on top of a policy's raw
 // verdict: monitor mode, allowedToMutate, no mutation of DELETE, message
 // override with the original in status.details.causes, policy groups, and

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/group"
@@ -47,11 +49,17 @@ type decision struct {
 	resp     *admission.Response
 	accepted bool
 	mutated  bool
-	costly   bool // the evaluation hit its deadline or memory limit
+	costly   bool   // the evaluation hit its deadline or memory limit
+	reason   string // why the evaluation failed (errorReason), "" when it ran
 }
 
 func (s *Server) handleValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) {
-	code := s.serveValidate(w, r, kind)
+	var code int
+	if s.tracer != nil {
+		code = s.traceRequest(w, r, kind)
+	} else {
+		code = s.serveValidate(w, r, kind)
+	}
 	s.m.requests.WithLabelValues(kind.String(), strconv.Itoa(code)).Inc()
 }
 
@@ -92,6 +100,9 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		return httpError(w, http.StatusBadRequest, "%s/%s: %v", kind, id, err)
 	}
 	log := requestLog(s.log, id, in.uid, kind.String())
+	if s.tracer != nil {
+		traceInput(r.Context(), in)
+	}
 
 	if kind == kindValidate && s.opts.AlwaysAcceptNamespace != "" && in.namespace == s.opts.AlwaysAcceptNamespace {
 		s.m.acceptedByNsTot.Inc()
@@ -115,10 +126,22 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 			admission.Errored(in.uid, http.StatusInternalServerError, errors.New(userMessage("policy "+id+" is not loaded: ", id, e.err))))
 	}
 
-	if err := s.lim.acquire(r.Context(), id, s.opts.PolicyTimeout); err != nil {
+	ctx, queued := r.Context(), time.Time{}
+	if s.tracer != nil {
+		queued = time.Now()
+	}
+	err = s.lim.acquire(ctx, id, s.opts.PolicyTimeout)
+	var span trace.Span // the policy's span, when traced
+	if s.tracer != nil {
+		ctx, span = s.startPolicy(ctx, e, kind, queued)
+	}
+	if err != nil {
 		if errors.Is(err, errCoolingDown) { // the policy's failure answer, at once
-			return s.write(w, kind, http.StatusOK, s.errored(log, e, kind, in, err).resp)
+			d := s.errored(log, e, kind, in, err)
+			endPolicy(span, &d, "")
+			return s.write(w, kind, http.StatusOK, d.resp)
 		}
+		endPolicy(span, nil, "overloaded")
 		s.m.overloaded.Inc()
 		w.Header().Set("Retry-After", "1")
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)
@@ -130,9 +153,9 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		defer s.lim.release(id) // also if an evaluation panics
 		var d decision
 		if e.cfg.IsGroup() {
-			d = s.evalGroup(r.Context(), log, e, kind, in)
+			d = s.evalGroup(ctx, log, e, kind, in)
 		} else {
-			d = s.evalPolicy(r.Context(), log, e, kind, in)
+			d = s.evalPolicy(ctx, log, e, kind, in)
 		}
 		// before the release, so that its waiting requests do not get the worker;
 		// a request the client gave up on tells nothing about the policy
@@ -144,6 +167,7 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		return d
 	}()
 	elapsed := time.Since(start)
+	endPolicy(span, &d, "")
 
 	mode := string(e.cfg.Mode)
 	if kind == kindAudit {
@@ -340,6 +364,7 @@ func (s *Server) errored(log *slog.Logger, e *entry, kind endpointKind, in *inpu
 	d := decision{resp: admission.Errored(in.uid, code, errors.New(userMessage("policy "+e.cfg.ID+": evaluation failed: ", e.cfg.ID, err)))}
 	d = s.monitor(log, &e.cfg, kind, in, d)
 	d.costly = reason == "timeout" || reason == "memory"
+	d.reason = reason
 	return d
 }
 
@@ -351,7 +376,7 @@ func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind
 	var annotations map[string]string
 	accepted, err := group.Eval(e.cfg.Group.Expr, func(name string) (bool, error) {
 		u := e.members[name]
-		res, err := run(ctx, u, kind, in)
+		res, err := s.runMember(ctx, name, u, kind, in)
 		if err != nil {
 			return false, fmt.Errorf("member %s: %w", name, err)
 		}

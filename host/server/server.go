@@ -20,6 +20,8 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/server/status"
@@ -77,6 +79,14 @@ type Options struct {
 	// A vector's series labelled policy=ID go when a reload removes that
 	// policy, as the server's own do.
 	Metrics []prometheus.Collector
+	// Tracer, when set, traces each webhook request: a server span continuing
+	// the caller's trace context, a span per policy evaluation and group
+	// member (host/telemetry makes it from the OTEL_* variables). Nil: no
+	// tracing, at no cost.
+	Tracer trace.Tracer
+	// Propagator reads a request's trace context (nil: W3C trace context
+	// and baggage).
+	Propagator propagation.TextMapPropagator
 }
 
 // Server is the admission webhook.
@@ -133,6 +143,9 @@ type Server struct {
 	// swapMu orders a swap and a retired set's dropRemoved, so that a policy a
 	// later reload serves again is not dropped (lane and series) under its requests
 	swapMu sync.Mutex
+
+	tracer     trace.Tracer // Options.Tracer: nil when not tracing
+	propagator propagation.TextMapPropagator
 }
 
 // New builds the server and loads the initial policy set: Open, then Load.
@@ -161,7 +174,11 @@ func Open(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{o: o, opts: o.Config.Options, log: o.Logger, m: newMetrics(), stop: make(chan struct{})}
+	s := &Server{o: o, opts: o.Config.Options, log: o.Logger, m: newMetrics(), stop: make(chan struct{}),
+		tracer: o.Tracer, propagator: o.Propagator}
+	if s.propagator == nil {
+		s.propagator = defaultPropagator
+	}
 	s.lim = s.newLimiter()
 	for _, c := range o.Metrics {
 		s.m.addCollector(c)
