@@ -76,7 +76,7 @@ func ingressCluster(t testing.TB) *capabilities.Kubernetes {
 
 // startTraced starts a server exporting its spans to a real OTLP receiver
 // (gRPC), configured as `tollgate serve` is: from OTEL_* variables.
-func startTraced(t testing.TB, rcv *otlptest.Receiver, env ...string) (*harness, *telemetry.Telemetry) {
+func startTraced(t testing.TB, rcv *otlptest.Receiver, policies string, env ...string) (*harness, *telemetry.Telemetry) {
 	t.Helper()
 	vars := map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
 		"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.Endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
@@ -113,7 +113,7 @@ func startTraced(t testing.TB, rcv *otlptest.Receiver, env ...string) (*harness,
 		}
 		return caps.ForPolicy(id, allow)
 	}
-	h, so := prepare(t, harnessOpts{policies: tracedPolicies(t), loader: loader})
+	h, so := prepare(t, harnessOpts{policies: policies, loader: loader, options: func(o *config.Options) { o.Workers = 2 }})
 	so.Tracer, so.Propagator = tel.Tracer(), tel.Propagator()
 	so.Metrics = append(so.Metrics, tel.Collectors()...)
 	srv, err := New(context.Background(), so)
@@ -176,7 +176,7 @@ func wantAttrs(t *testing.T, s otlptest.Span, want map[string]any) {
 // object or the settings.
 func TestTracing(t *testing.T) {
 	rcv := otlptest.StartGRPC(t)
-	h, _ := startTraced(t, rcv)
+	h, _ := startTraced(t, rcv, tracedPolicies(t))
 
 	// a single policy, rejecting
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -280,7 +280,7 @@ func TestTracing(t *testing.T) {
 func TestTracingCollectorStalledOrDown(t *testing.T) {
 	rcv := otlptest.StartGRPC(t)
 	rcv.Stall()
-	h, _ := startTraced(t, rcv, "OTEL_BSP_MAX_QUEUE_SIZE", "16", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8", "OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
+	h, _ := startTraced(t, rcv, tracedPolicies(t), "OTEL_BSP_MAX_QUEUE_SIZE", "16", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8", "OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
 	allowed := reviewFor("ok", "CREATE", "default", pod(map[string]string{"owner": "me"}))
 	send := func(n int) (failed int) {
 		var mu sync.Mutex

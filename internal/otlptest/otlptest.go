@@ -52,6 +52,7 @@ type Receiver struct {
 	stalled chan struct{} // non-nil while stalled: closed by Unstall
 	closeFn func()
 	addr    string
+	discard bool
 }
 
 func newReceiver() *Receiver { return &Receiver{changed: make(chan struct{})} }
@@ -100,6 +101,15 @@ func StartHTTP(t testing.TB) *Receiver {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, req *http.Request) {
 		if err := r.wait(req.Context()); err != nil {
+			return
+		}
+		r.mu.Lock()
+		discard := r.discard
+		r.mu.Unlock()
+		if discard { // a benchmark's sink: read, count, do not decode
+			io.Copy(io.Discard, req.Body)
+			r.add(&collectortrace.ExportTraceServiceRequest{})
+			w.Header().Set("Content-Type", "application/x-protobuf")
 			return
 		}
 		body, err := io.ReadAll(req.Body)
@@ -194,11 +204,22 @@ func (r *Receiver) add(req *collectortrace.ExportTraceServiceRequest) {
 		}
 	}
 	r.mu.Lock()
-	r.spans = append(r.spans, got...)
+	if !r.discard {
+		r.spans = append(r.spans, got...)
+	}
 	r.exports++
 	close(r.changed)
 	r.changed = make(chan struct{})
 	r.mu.Unlock()
+}
+
+// Discard stops keeping the spans received (benchmarks): Exports still
+// counts, and the HTTP receiver no longer decodes what it reads.
+func (r *Receiver) Discard() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.discard = true
+	r.spans = nil
 }
 
 // Spans are the spans received so far.
