@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: e2e crds all build demo-modules bench-server bench-rounds bench-engines bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe map-tinygo map-tinygo-engine
+.PHONY: e2e crds all build demo-modules bench-server bench-shadow bench-rounds bench-engines bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe map-tinygo map-tinygo-engine
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -178,6 +178,13 @@ bench-server: policies build
 	$(GO) build -o bin/loadgen ./test/loadgen
 	bin/loadgen suite -tollgate bin/tollgate -duration $(BENCH_DURATION)
 	bin/loadgen fairness -tollgate bin/tollgate -duration $(BENCH_DURATION)
+	bin/loadgen shadow -tollgate bin/tollgate -duration $(BENCH_DURATION)
+
+# bench-shadow is bench-server's shadow part alone: the same policy with and without a shadow
+# (policies.yml shadow:), side by side, in alternating rounds (docs/benchmarks/server.md).
+bench-shadow: build
+	$(GO) build -o bin/loadgen ./test/loadgen
+	bin/loadgen shadow -tollgate bin/tollgate -duration $(BENCH_DURATION)
 
 # bench-rounds drives one `tollgate serve` (the mutating example on the realistic 5 KB Pod of
 # test/testdata/reviews) with ROUNDS closed-loop rounds of ROUND each and prints req/s, the

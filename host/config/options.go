@@ -58,7 +58,14 @@ type Options struct {
 	// PolicyCooldownAfter: evaluations of one policy in a row that run out
 	// of time or memory before it cools down (its requests get its failure
 	// answer without running; docs/server.md); 0: never.
-	PolicyCooldownAfter     int
+	PolicyCooldownAfter int
+	// ShadowWorkers and ShadowQueueSize bound the evaluations of policies'
+	// shadows (policies.yml `shadow:`), which run after the serving answer
+	// on workers of their own: how many run at once (0: a quarter of
+	// Workers, at least 1) and how many may wait (0: 16 per shadow worker);
+	// beyond, a shadow evaluation is dropped and counted.
+	ShadowWorkers           int
+	ShadowQueueSize         int
 	MaxRequestBytesInFlight int64
 	MaxConnections          int
 	ReadTimeout             time.Duration
@@ -137,6 +144,24 @@ const (
 	PoliciesOff       = "off"
 )
 
+// EffectiveShadowWorkers is the number of shadow evaluations that may run
+// at once.
+func (o *Options) EffectiveShadowWorkers() int {
+	if o.ShadowWorkers > 0 {
+		return o.ShadowWorkers
+	}
+	return max(1, o.Workers/4)
+}
+
+// EffectiveShadowQueueSize is the number of shadow evaluations that may
+// wait for a shadow worker.
+func (o *Options) EffectiveShadowQueueSize() int {
+	if o.ShadowQueueSize > 0 {
+		return o.ShadowQueueSize
+	}
+	return 16 * o.EffectiveShadowWorkers()
+}
+
 // EffectiveQueueSize is the number of requests allowed to wait for a worker.
 func (o *Options) EffectiveQueueSize() int {
 	if o.QueueSize > 0 {
@@ -169,6 +194,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.PolicyWorkers, "policy-workers", o.PolicyWorkers, "evaluations of one policy (or group) running at once, so that the others keep workers (0: all workers but a quarter, at least 1)")
 	fs.IntVar(&o.PolicyCooldownAfter, "policy-cooldown-after", o.PolicyCooldownAfter, "evaluations of one policy (or group) in a row that run out of time or memory before it cools down: its requests get its failure answer without running, for 9 times that evaluation, then one tries it again (0: never)")
 	fs.IntVar(&o.PolicyQueueSize, "policy-queue-size", o.PolicyQueueSize, "requests to one policy (or group) that may wait for a worker; beyond, 503 (0: half of --queue-size)")
+	fs.IntVar(&o.ShadowWorkers, "shadow-workers", o.ShadowWorkers, "evaluations of policies' shadows (policies.yml shadow:) running at once, after the serving answers, on workers of their own (0: a quarter of --workers, at least 1)")
+	fs.IntVar(&o.ShadowQueueSize, "shadow-queue-size", o.ShadowQueueSize, "shadow evaluations that may wait for a shadow worker; beyond, they are dropped and counted (0: 16 per shadow worker)")
 	fs.Int64Var(&o.MaxRequestBytesInFlight, "max-request-bytes-in-flight", o.MaxRequestBytesInFlight, "request body bytes being read or evaluated at once; more wait, then get 503 (0: 4 x --max-request-bytes)")
 	fs.IntVar(&o.MaxConnections, "max-connections", o.MaxConnections, "webhook connections open at once; more wait to be accepted")
 	fs.DurationVar(&o.ReadTimeout, "read-timeout", o.ReadTimeout, "time to read a whole request")
@@ -334,6 +361,12 @@ func (o *Options) Validate() error {
 	}
 	if o.PolicyCooldownAfter < 0 {
 		bad("policy-cooldown-after", o.PolicyCooldownAfter, "must be >= 0 (0: never)")
+	}
+	if o.ShadowWorkers < 0 || o.ShadowWorkers > o.Workers {
+		bad("shadow-workers", o.ShadowWorkers, fmt.Sprintf("must be 0 (the default) to --workers (%d)", o.Workers))
+	}
+	if o.ShadowQueueSize < 0 || o.ShadowQueueSize > 1<<16 {
+		bad("shadow-queue-size", o.ShadowQueueSize, "must be 0 (the default) to 65536")
 	}
 	if o.MaxRequestBytesInFlight != 0 && o.MaxRequestBytesInFlight < o.MaxRequestBytes {
 		bad("max-request-bytes-in-flight", o.MaxRequestBytesInFlight, fmt.Sprintf("must be 0 (the default) or at least --max-request-bytes (%d)", o.MaxRequestBytes))

@@ -47,6 +47,11 @@ type building struct {
 	stopAt func() bool
 
 	entries map[string]*entry
+	// shadows are the candidates of the configuration's policies, by id.
+	// Their loads are not counted in units: the build finishes (readiness,
+	// Reload's outcome) with the serving versions, and each candidate is
+	// published when its own load ends.
+	shadows map[string]*shadow
 
 	units      int    // unit loads not settled yet
 	gen        uint64 // set by the first publish (0: nothing published)
@@ -64,6 +69,8 @@ type buildJob struct {
 	u    *unit
 	car  []config.ContextAwareResource
 	caps []string
+	// shadow: u is a unit of the policy's candidate (e is the candidate's entry)
+	shadow bool
 }
 
 // startBuild starts loading cfg, superseding the build in progress if any,
@@ -86,16 +93,41 @@ func (s *Server) startBuild(ctx context.Context, cfg *config.Config, src []byte,
 			for _, m := range p.Group.Members {
 				u := &unit{id: p.ID + "/" + m.Name, module: m.Module, settings: m.Settings, timeout: m.Timeout}
 				e.members[m.Name] = u
-				jobs = append(jobs, buildJob{e, u, m.ContextAwareResources, m.HostCapabilities})
+				jobs = append(jobs, buildJob{e, u, m.ContextAwareResources, m.HostCapabilities, false})
 			}
 			e.pending = len(e.members)
 		} else {
 			e.unit = &unit{id: p.ID, module: p.Module, settings: p.Settings, timeout: p.Timeout}
-			jobs = append(jobs, buildJob{e, e.unit, p.ContextAwareResources, p.HostCapabilities})
+			jobs = append(jobs, buildJob{e, e.unit, p.ContextAwareResources, p.HostCapabilities, false})
 			e.pending = 1
 		}
 	}
 	b.units = len(jobs)
+	for i := range cfg.Policies {
+		sp := cfg.Policies[i].ShadowPolicy()
+		if sp == nil {
+			continue
+		}
+		if b.shadows == nil {
+			b.shadows = map[string]*shadow{}
+		}
+		se := &entry{cfg: *sp}
+		b.shadows[sp.ID] = newShadow(se)
+		sid := sp.ID + shadowSuffix
+		if sp.IsGroup() {
+			se.members = map[string]*unit{}
+			for _, m := range sp.Group.Members {
+				u := &unit{id: sid + "/" + m.Name, module: m.Module, settings: m.Settings, timeout: m.Timeout}
+				se.members[m.Name] = u
+				jobs = append(jobs, buildJob{se, u, m.ContextAwareResources, m.HostCapabilities, true})
+			}
+			se.pending = len(se.members)
+		} else {
+			se.unit = &unit{id: sid, module: sp.Module, settings: sp.Settings, timeout: sp.Timeout}
+			jobs = append(jobs, buildJob{se, se.unit, sp.ContextAwareResources, sp.HostCapabilities, true})
+			se.pending = 1
+		}
+	}
 
 	s.pubMu.Lock()
 	if prev := s.latest; prev != nil && !prev.finished {
@@ -183,6 +215,12 @@ func (b *building) loadUnit(j buildJob, fetch func(string) *fetched) {
 			MemoryLimitBytes: uint64(o.MemoryLimitBytes), PoolSize: o.Workers,
 			ShareGroup: grantsKey(j.car, j.caps),
 		}
+		if j.shadow {
+			// a candidate runs on the shadow workers only, and never takes an
+			// instance from a pool the serving versions share
+			spec.PoolSize = min(o.Workers, o.EffectiveShadowWorkers())
+			spec.ShareGroup += "\x00shadow"
+		}
 		if hc := hostCallsOf(s.o.Loader); hc != nil {
 			var err error
 			if spec.HostCalls, err = hc(u.id, j.car, j.caps); err != nil {
@@ -220,6 +258,16 @@ func (b *building) loadUnit(j buildJob, fetch func(string) *fetched) {
 			u.loadedAt = time.Now()
 		}
 		s.runner.release(job, u.eval != nil)
+	}
+	if j.shadow {
+		if j.e.pending--; j.e.pending == 0 {
+			j.e.settle()
+			if j.e.err != nil {
+				logLoadError(s.log, "the shadow of a policy failed to load; the serving version is unaffected", j.e.cfg.ID, j.e.err)
+			}
+			s.publishLocked(b)
+		}
+		return
 	}
 	switch {
 	case reused:
@@ -278,15 +326,32 @@ func (s *Server) publishLocked(b *building) {
 			next.entries[id] = e
 		}
 	}
-	for _, e := range next.entries {
-		if e.unit != nil && e.unit.eval != nil {
-			next.units[e.unit.key] = e.unit
+	for id, sh := range b.shadows {
+		var cs *shadow
+		if cur != nil {
+			cs = cur.shadows[id]
 		}
-		for _, u := range e.members {
-			if u.eval != nil {
-				next.units[u.key] = u
+		if next.shadows == nil {
+			next.shadows = map[string]*shadow{}
+		}
+		switch {
+		case sh.e.pending > 0:
+			if cs != nil && reflect.DeepEqual(cs.e.cfg, sh.e.cfg) {
+				next.shadows[id] = cs // the same candidate: its last outcome, or its placeholder
+			} else {
+				next.shadows[id] = newShadow(&entry{cfg: sh.e.cfg, loading: true})
 			}
+		case cs != nil && cs.e.err == nil && sh.e.err == nil && !cs.e.loading && sameEvaluators(cs.e, sh.e):
+			next.shadows[id] = cs // the same loaded candidate keeps its counts
+		default:
+			next.shadows[id] = sh
 		}
+	}
+	for _, e := range next.entries {
+		next.addUnits(e)
+	}
+	for _, sh := range next.shadows {
+		next.addUnits(sh.e)
 	}
 	if cur != nil && sameSet(cur, next) {
 		return
@@ -308,6 +373,14 @@ func sameSet(a, b *policySet) bool {
 	for id, e := range b.entries {
 		o, ok := a.entries[id]
 		if !ok || o.loading != e.loading || (o.err == nil) != (e.err == nil) || (o.stale == nil) != (e.stale == nil) || !sameEvaluators(o, e) {
+			return false
+		}
+	}
+	if len(a.shadows) != len(b.shadows) {
+		return false
+	}
+	for id, sh := range b.shadows {
+		if a.shadows[id] != sh {
 			return false
 		}
 	}

@@ -5,8 +5,10 @@
 // reload, bounded concurrency with a bounded queue shared fairly between
 // policies (limiter.go: a per-policy share of workers and queue, served in
 // turn, and a cool-down for a policy that ran out of time or memory), body limits and a budget of body bytes in flight (bodies.go), a
-// connection cap, timeouts, graceful drain, and hot reload of the policy set
-// with an atomic swap.
+// connection cap, timeouts, graceful drain, hot reload of the policy set
+// with an atomic swap, and shadow evaluation (shadow.go: a policy's
+// candidate version evaluated after the serving answer, on workers of its
+// own, and compared with it).
 //
 // With Options.Tracer it traces each webhook request (trace.go): a server
 // span continuing the caller's W3C trace context, a span per policy

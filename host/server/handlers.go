@@ -51,6 +51,9 @@ type decision struct {
 	mutated  bool
 	costly   bool   // the evaluation hit its deadline or memory limit
 	reason   string // why the evaluation failed (errorReason), "" when it ran
+	// enforced is the answer before monitor mode (resp in protect mode), what
+	// a shadow's answer is compared with.
+	enforced *admission.Response
 }
 
 func (s *Server) handleValidate(w http.ResponseWriter, r *http.Request, kind endpointKind) {
@@ -179,7 +182,11 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	if log.Enabled(r.Context(), slog.LevelDebug) {
 		log.Debug("evaluated", "allowed", d.resp.Allowed, "mutated", d.mutated, "duration", elapsed)
 	}
-	return s.write(w, kind, http.StatusOK, d.resp)
+	code := s.write(w, kind, http.StatusOK, d.resp)
+	if set.shadows != nil {
+		s.shadowAfter(set, id, kind, in, d, len(body)) // after the answer, never instead of it
+	}
+	return code
 }
 
 // readBody reads a request body into one buffer of the declared size (up
@@ -282,22 +289,35 @@ func run(ctx context.Context, u *unit, kind endpointKind, in *input) (*policy.Re
 
 // evalPolicy evaluates a single policy and applies the admission semantics.
 func (s *Server) evalPolicy(ctx context.Context, log *slog.Logger, e *entry, kind endpointKind, in *input) decision {
-	res, err := run(ctx, e.unit, kind, in)
+	resp, err := policyResponse(ctx, e, kind, in)
 	if err != nil {
 		return s.errored(log, e, kind, in, err)
+	}
+	d := decision{resp: resp, accepted: resp.Allowed, mutated: len(resp.Patch) > 0}
+	if kind == kindAudit {
+		return d
+	}
+	return s.monitor(log, &e.cfg, kind, in, d)
+}
+
+// policyResponse evaluates a single policy: its answer with the admission
+// semantics but monitor mode (the raw verdict on the audit endpoint: no
+// mutation checks, no message override), with no side effect (no log, no
+// metric), so that a shadow's evaluation runs it too.
+func policyResponse(ctx context.Context, e *entry, kind endpointKind, in *input) (*admission.Response, error) {
+	res, err := run(ctx, e.unit, kind, in)
+	if err != nil {
+		return nil, err
 	}
 	v := res.Verdict()
 	if len(v.Patch) > 0 && string(v.Patch) == "[]" {
 		v.Patch = nil
 	}
 	if kind == kindAudit {
-		// the raw verdict: no monitor mode, no mutation checks, no message override
-		resp := admission.FromVerdict(in.uid, v)
-		return decision{resp: resp, accepted: resp.Allowed, mutated: len(resp.Patch) > 0}
+		return admission.FromVerdict(in.uid, v), nil
 	}
 	v = applySemantics(&e.cfg, in.operation, v)
-	resp := fromVerdictWithCauses(in.uid, v, e.cfg.Message)
-	return s.monitor(log, &e.cfg, kind, in, decision{resp: resp, accepted: resp.Allowed, mutated: len(resp.Patch) > 0})
+	return fromVerdictWithCauses(in.uid, v, e.cfg.Message), nil
 }
 
 // applySemantics: a mutation by a policy not allowed to mutate, or of a
@@ -335,6 +355,7 @@ func fromVerdictWithCauses(uid string, v admission.Verdict, message string) *adm
 // monitor turns d into an acceptance for monitor-mode policies, logging what
 // would have happened.
 func (s *Server) monitor(log *slog.Logger, cfg *config.Policy, kind endpointKind, in *input, d decision) decision {
+	d.enforced = d.resp
 	if cfg.Mode != config.ModeMonitor || kind == kindAudit {
 		return d
 	}
@@ -346,7 +367,7 @@ func (s *Server) monitor(log *slog.Logger, cfg *config.Policy, kind endpointKind
 		log.Info("monitor mode: the request would have been "+map[bool]string{true: "mutated", false: "rejected"}[d.resp.Allowed],
 			"allowed", d.resp.Allowed, "mutated", d.mutated, "message", msg, "operation", in.operation)
 	}
-	return decision{resp: &admission.Response{UID: in.uid, Allowed: true}, accepted: true}
+	return decision{resp: &admission.Response{UID: in.uid, Allowed: true}, accepted: true, enforced: d.enforced, reason: d.reason}
 }
 
 func (s *Server) errored(log *slog.Logger, e *entry, kind endpointKind, in *input, err error) decision {
@@ -371,6 +392,16 @@ func (s *Server) errored(log *slog.Logger, e *entry, kind endpointKind, in *inpu
 // evalGroup evaluates a group's expression lazily; rejecting members' verdicts
 // go to status.details.causes. Groups never mutate.
 func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind endpointKind, in *input) decision {
+	resp, err := s.groupResponse(ctx, log, e, kind, in)
+	if err != nil {
+		return s.errored(log, e, kind, in, err)
+	}
+	return s.monitor(log, &e.cfg, kind, in, decision{resp: resp, accepted: resp.Allowed})
+}
+
+// groupResponse evaluates a group: its answer but monitor mode, with no side
+// effect but a debug line (see policyResponse).
+func (s *Server) groupResponse(ctx context.Context, log *slog.Logger, e *entry, kind endpointKind, in *input) (*admission.Response, error) {
 	var causes []admission.StatusCause
 	var warnings []string
 	var annotations map[string]string
@@ -400,7 +431,7 @@ func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind
 		return res.Response.Accepted, nil
 	})
 	if err != nil {
-		return s.errored(log, e, kind, in, err)
+		return nil, err
 	}
 	resp := &admission.Response{UID: in.uid, Allowed: accepted, Warnings: warnings, AuditAnnotations: annotations}
 	if !accepted {
@@ -413,7 +444,7 @@ func (s *Server) evalGroup(ctx context.Context, log *slog.Logger, e *entry, kind
 			resp.Status.Details = &admission.StatusDetails{Causes: causes}
 		}
 	}
-	return s.monitor(log, &e.cfg, kind, in, decision{resp: resp, accepted: accepted})
+	return resp, nil
 }
 
 func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
@@ -434,7 +465,11 @@ func (s *Server) handlePolicies(w http.ResponseWriter, r *http.Request) {
 		}
 		sort.Strings(ids)
 		for _, id := range ids {
-			out.Policies = append(out.Policies, set.entries[id].status())
+			st := set.entries[id].status()
+			if sh := set.shadows[id]; sh != nil {
+				st.Shadow = sh.status()
+			}
+			out.Policies = append(out.Policies, st)
 		}
 	}
 	redactStatus(&out)

@@ -422,6 +422,14 @@ func (l *limiter) dispatch() {
 	}
 }
 
+// busy reports whether requests wait for a worker: shadow evaluations then
+// give way (shadow.go).
+func (l *limiter) busy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting > 0
+}
+
 // queued is the number of requests waiting for a worker (tests).
 func (l *limiter) queued() int {
 	l.mu.Lock()

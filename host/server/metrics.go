@@ -37,7 +37,11 @@ type metrics struct {
 	policyCooldown  *prometheus.GaugeVec
 	limits          *prometheus.GaugeVec
 	bodyBytes       prometheus.Gauge
-	h2Parked        prometheus.Gauge
+	// shadow evaluation (shadow.go)
+	shadowEvaluations *prometheus.CounterVec
+	shadowDivergences *prometheus.CounterVec
+	shadowDropped     *prometheus.CounterVec
+	h2Parked          prometheus.Gauge
 	// extra are the caller's collectors (Options.Metrics), registered by
 	// addCollector; dropPolicy covers their policy series too.
 	extra []prometheus.Collector
@@ -190,6 +194,21 @@ func newMetrics() *metrics {
 		Help: "Request body bytes that HTTP/2 requests waiting for tollgate_server_request_bytes_in_flight may have sent ahead (64 KiB each at most); at most the request_bytes_in_flight limit, beyond which such requests are refused at once.",
 	})
 	f(m.h2Parked)
+	m.shadowEvaluations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_shadow_evaluations_total",
+		Help: "Evaluations of the policy's shadow (its candidate version, policies.yml shadow:) compared with the serving answer, failed ones included.",
+	}, []string{"policy"})
+	f(m.shadowEvaluations)
+	m.shadowDivergences = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_shadow_divergences_total",
+		Help: "Shadow evaluations whose answer differed from the serving one, by kind (the first of: error, one of the two failed; verdict, allowed vs denied; patch; message, message, code or causes); one per request.",
+	}, []string{"policy", "kind"})
+	f(m.shadowDivergences)
+	m.shadowDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_policy_shadow_dropped_total",
+		Help: "Requests whose shadow evaluation was skipped: queue_full (--shadow-queue-size, or the policy's half of it, or its request bytes), busy (serving requests were waiting for a worker), cooling_down (the shadow ran out of time or memory recently), shutdown.",
+	}, []string{"policy", "reason"})
+	f(m.shadowDropped)
 	return m
 }
 
@@ -216,7 +235,7 @@ func boolLabel(b bool) string {
 func (m *metrics) dropPolicy(id string) {
 	l := prometheus.Labels{"policy": id}
 	own := []prometheus.Collector{m.evaluations, m.evalDuration, m.evalErrors, m.policyQueued, m.policyRunning,
-		m.policyRejected, m.policyCooldowns, m.policyCooldown}
+		m.policyRejected, m.policyCooldowns, m.policyCooldown, m.shadowEvaluations, m.shadowDivergences, m.shadowDropped}
 	for _, c := range append(own, m.extra...) {
 		if v, ok := c.(interface{ DeletePartialMatch(prometheus.Labels) int }); ok {
 			v.DeletePartialMatch(l)

@@ -98,6 +98,7 @@ type Server struct {
 	cur     atomic.Pointer[policySet]
 	gen     atomic.Uint64
 	lim     *limiter
+	shadows *shadowPool
 	bodies  *bodyBudget
 	ready   atomic.Bool
 	closing atomic.Bool
@@ -180,6 +181,7 @@ func Open(o Options) (*Server, error) {
 		s.propagator = defaultPropagator
 	}
 	s.lim = s.newLimiter()
+	s.shadows = s.newShadowPool()
 	for _, c := range o.Metrics {
 		s.m.addCollector(c)
 	}
@@ -742,6 +744,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.probe.Shutdown(ctx)
 	}
 	s.bg.Wait()
+	s.shadows.stop()  // after the webhook's handlers, which queue shadow evaluations
 	s.reloadMu.Lock() // no reload may swap (and retire a set) from here on
 	defer s.reloadMu.Unlock()
 	// retired sets close their policies once their requests finished; if

@@ -175,6 +175,18 @@ type entry struct {
 	pending int
 }
 
+// addUnits adds e's loaded units to s.units (the units the set serves, by key).
+func (s *policySet) addUnits(e *entry) {
+	if e.unit != nil && e.unit.eval != nil {
+		s.units[e.unit.key] = e.unit
+	}
+	for _, u := range e.members {
+		if u.eval != nil {
+			s.units[u.key] = u
+		}
+	}
+}
+
 // placeholder reports whether e serves nothing because it is still loading.
 func (e *entry) placeholder() bool { return e.loading && e.unit == nil && e.members == nil }
 
@@ -210,11 +222,14 @@ func (e *entry) state() string {
 // reference while they run; a retired set closes the evaluators it does not
 // share with its successor once its last request finished.
 type policySet struct {
-	gen      uint64
-	cfg      *config.Config
-	source   []byte // the policies.yml bytes it was built from (nil for embedded)
-	digest   string // status.Digest(source), "" without source
-	entries  map[string]*entry
+	gen     uint64
+	cfg     *config.Config
+	source  []byte // the policies.yml bytes it was built from (nil for embedded)
+	digest  string // status.Digest(source), "" without source
+	entries map[string]*entry
+	// shadows are the policies' candidate versions by policy id (nil when
+	// none has one): see shadow.go.
+	shadows  map[string]*shadow
 	units    map[string]*unit // by key
 	loadedAt time.Time
 

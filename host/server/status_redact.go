@@ -18,6 +18,12 @@ func redactStatus(out *status.Policies) {
 		for _, m := range p.Members {
 			uris = append(uris, m.Module)
 		}
+		if sh := p.Shadow; sh != nil {
+			uris = append(uris, sh.Module)
+			for _, m := range sh.Members {
+				uris = append(uris, m.Module)
+			}
+		}
 	}
 	out.LastReload.Error = redact.Text(out.LastReload.Error, uris...)
 	for i := range out.Policies {
@@ -26,6 +32,13 @@ func redactStatus(out *status.Policies) {
 		for j := range p.Members {
 			m := &p.Members[j]
 			m.Module, m.Error = redact.URI(m.Module), redact.Text(m.Error, uris...)
+		}
+		if sh := p.Shadow; sh != nil {
+			sh.Module, sh.Error = redact.URI(sh.Module), redact.Text(sh.Error, uris...)
+			for j := range sh.Members {
+				m := &sh.Members[j]
+				m.Module, m.Error = redact.URI(m.Module), redact.Text(m.Error, uris...)
+			}
 		}
 	}
 }

@@ -5,6 +5,7 @@
 //	loadgen scale -tollgate bin/tollgate [-requests 20]     50 policies (TinyGo, standard Go, built-ins): start-up cold and warm, RSS
 //	loadgen native -port N -cert-file F -key-file F         the native Go ceiling server
 //	loadgen fairness -tollgate bin/tollgate [-duration 20s] a healthy policy beside one looping to its deadline; RSS under 400 large bodies
+//	loadgen shadow -tollgate bin/tollgate [-duration 20s -rounds 2]  the same policy with and without a shadow (policies.yml shadow:), side by side
 //
 // The suite starts each server as its own process (so its peak RSS is its
 // own), drives it over HTTPS with keep-alive (HTTP/1.1, one connection per
@@ -42,7 +43,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: loadgen suite|rounds|scale|fairness|native [flags]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen suite|rounds|scale|fairness|shadow|native [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -57,6 +58,8 @@ func main() {
 		err = scale(os.Args[2:])
 	case "fairness":
 		err = fairness(os.Args[2:])
+	case "shadow":
+		err = shadowBench(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -457,13 +460,9 @@ func suite(args []string) error {
 		{"native Go HTTPS server, same validation", "/validate/required-labels", validateBody, true},
 		{"native Go HTTPS server, same mutation", "/validate/capabilities-drop", mutateBody, true},
 	}
-	var rateList []int
-	for _, r := range strings.Split(*rates, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(r))
-		if err != nil {
-			return fmt.Errorf("-rates: %w", err)
-		}
-		rateList = append(rateList, n)
+	rateList, err := parseRates(*rates)
+	if err != nil {
+		return err
 	}
 
 	host, _ := os.Hostname()
@@ -499,10 +498,7 @@ func suite(args []string) error {
 		sat := closedLoop(client, url, sc.body, true, *conc, *dur)
 		peak := p.memKB("VmHWM")
 		row := fmt.Sprintf("| %s | %.0f%s | %.0f MB |", sc.name, sat.RPS, errNote(sat), float64(peak)/1024)
-		for _, r := range rateList {
-			ol := openLoop(newClient(pool, 256), url, sc.body, true, r, *dur)
-			row += fmt.Sprintf(" %s / %s%s |", ms(ol.P50), ms(ol.P99), errNote(ol))
-		}
+		row += latencies(pool, url, sc.body, rateList, *dur)
 		p.stop()
 		fmt.Println(row)
 	}
@@ -562,6 +558,30 @@ func suite(args []string) error {
 	fmt.Printf("\n50 policies (3 modules, 50 distinct settings): RSS after start-up %.0f MB; start-up to ready: cold cache %v, warm cache %v (median of 3; min %v, max %v).\n",
 		float64(rss)/1024, cold.Round(time.Millisecond), warm[1].Round(time.Millisecond), warm[0].Round(time.Millisecond), warm[2].Round(time.Millisecond))
 	return nil
+}
+
+// parseRates reads -rates: arrival rates separated by commas.
+func parseRates(s string) ([]int, error) {
+	var out []int
+	for _, r := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil {
+			return nil, fmt.Errorf("-rates: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// latencies runs the open loop at each rate and gives the table cells
+// " p50 / p99 |" of each.
+func latencies(pool *x509.CertPool, url string, body []byte, rates []int, dur time.Duration) string {
+	var row string
+	for _, r := range rates {
+		ol := openLoop(newClient(pool, 256), url, body, true, r, dur)
+		row += fmt.Sprintf(" %s / %s%s |", ms(ol.P50), ms(ol.P99), errNote(ol))
+	}
+	return row
 }
 
 func errNote(r result) string {

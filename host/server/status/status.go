@@ -101,6 +101,80 @@ type Policy struct {
 	// Expression and Members of a group.
 	Expression string   `json:"expression,omitempty"`
 	Members    []Member `json:"members,omitempty"`
+	// Shadow is the policy's candidate version (policies.yml `shadow:`),
+	// evaluated beside it on the same requests; absent without one.
+	Shadow *Shadow `json:"shadow,omitempty"`
+}
+
+// Shadow is a policy's candidate version: whether it is loaded, and how its
+// answers compared with the serving version's since it loaded.
+type Shadow struct {
+	// State is StateReady (loaded: evaluated beside the serving version),
+	// StateFailed (Error says why; the serving version is unaffected) or
+	// StateLoading.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+	// Module and Digest of a single policy's candidate; Expression and
+	// Members of a group's.
+	Module     string   `json:"module,omitempty"`
+	Digest     string   `json:"digest,omitempty"`
+	Expression string   `json:"expression,omitempty"`
+	Members    []Member `json:"members,omitempty"`
+	// LoadedAt is when the candidate was loaded; the counts are since then.
+	LoadedAt *time.Time `json:"loadedAt,omitempty"`
+	// Evaluations of the candidate that were compared with the serving
+	// answer (errors included).
+	Evaluations int64 `json:"evaluations"`
+	// Divergences by kind (DivergenceVerdict...): evaluations whose answer
+	// differed from the serving one, each counted once, under its first
+	// kind in that order.
+	Divergences map[string]int64 `json:"divergences"`
+	// Dropped are requests whose candidate evaluation was skipped by reason
+	// (queue_full, busy, cooling_down, shutdown): the candidate never takes
+	// the serving path's workers or queue.
+	Dropped map[string]int64 `json:"dropped,omitempty"`
+	// Recent are the last few diverging requests, newest first.
+	Recent []Divergence `json:"recent,omitempty"`
+}
+
+// Kinds of divergence between a candidate's answer and the serving one, in
+// the order a divergence is classified.
+const (
+	// DivergenceError: one of the two evaluations failed, the other did not.
+	DivergenceError = "error"
+	// DivergenceVerdict: one allowed the request, the other denied it.
+	DivergenceVerdict = "verdict"
+	// DivergencePatch: both allowed it with different patches.
+	DivergencePatch = "patch"
+	// DivergenceMessage: same verdict and patch, different message, code or causes.
+	DivergenceMessage = "message"
+)
+
+// Divergence is one request the candidate answered differently: who asked
+// about what, and the two answers (never the object's content).
+type Divergence struct {
+	Time      time.Time `json:"time"`
+	UID       string    `json:"uid,omitempty"`
+	Kind      string    `json:"kind,omitempty"` // the request's kind (Pod...)
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name,omitempty"`
+	Operation string    `json:"operation,omitempty"`
+	// Divergence is the divergence's kind (DivergenceVerdict...).
+	Divergence string `json:"divergence"`
+	Serving    Answer `json:"serving"`
+	Candidate  Answer `json:"shadow"`
+}
+
+// Answer is one version's answer to a request, in brief.
+type Answer struct {
+	Allowed bool `json:"allowed"`
+	// Error is the evaluation's failure reason (timeout, trap...), "" when it
+	// answered.
+	Error   string `json:"error,omitempty"`
+	Code    int32  `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+	// PatchOps is the number of operations of its JSONPatch (0: none).
+	PatchOps int `json:"patchOps,omitempty"`
 }
 
 // Current reports whether the policy serves exactly the version of the
