@@ -12,21 +12,21 @@ import (
 
 // withCapabilities gives every policy serve loads Kubewarden's host
 // capabilities: kubernetes get/list for the resources its entry declares
-// (contextAwareResources), can_i, oci (through the registry:// client), net
-// and crypto, limited by the entry's hostCapabilities when it has them (a bad
-// pattern fails that policy's load). The Kubernetes client comes from
+// (contextAwareResources), can_i, oci (through the registry:// client, with
+// or without --verification-path), net and crypto, limited by the entry's
+// hostCapabilities when it has them (a bad pattern fails that policy's
+// load). The Kubernetes client comes from
 // Kubeconfig/Context or the in-cluster configuration; without one, a
 // configuration that declares contextAwareResources is refused (Kubewarden's
 // policy-server does not start either). It returns a function that stops
 // the caches.
 func withCapabilities(o Options, m *modules, so *server.Options, cfg *config.Config) (func(), error) {
-	opts := capabilities.Options{Logger: o.Logger.With("component", "capabilities")}
-	if m.verification == nil {
-		// As before the move to this package: with verification on, the
-		// resolver's registry was the verifying fetcher, and the oci
-		// capabilities were not given a client.
-		opts.OCI = m.registry
-	}
+	// The oci capabilities read through the registry client whether
+	// --verification-path is set or not, as Kubewarden's policy-server's
+	// (its callback handler gets the sources, never the verification
+	// config): verification decides which modules load, not which images a
+	// policy may look up.
+	opts := capabilities.Options{Logger: o.Logger.With("component", "capabilities"), OCI: m.registry}
 	declared := contextAwarePolicies(cfg)
 	rc, err := kubeclient.Config(o.Kubeconfig, o.Context)
 	switch {
