@@ -27,7 +27,8 @@
 // It is also the one home of the JSON primitives that the host and the
 // built-in policies share: Index (the syntax check and index that Parse
 // makes, for code that walks the bytes itself: the host's JSON Patch diff),
-// SkipSpace, Unquote (encoding/json's string decoding), AppendQuote and
+// SkipSpace, ScanString (one string's syntax check), Unquote and
+// AppendUnquote (encoding/json's string decoding), AppendQuote and
 // AppendQuoteBytes (json.Marshal's string escaping, byte for byte),
 // AppendQuoteMinimal (only the escapes JSON requires, for answers a JSON
 // decoder reads back) and AppendFloat (json.Marshal's float64 format).

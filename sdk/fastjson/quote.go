@@ -9,7 +9,11 @@ import (
 // encoding/json does: escapes resolved, a surrogate pair combined, a lone
 // surrogate and each invalid UTF-8 byte replaced by U+FFFD.
 func unquote(body []byte) []byte {
-	out := make([]byte, 0, len(body))
+	return appendUnquote(make([]byte, 0, len(body)), body)
+}
+
+// appendUnquote appends unquote(body) to out.
+func appendUnquote(out, body []byte) []byte {
 	for r := 0; r < len(body); {
 		c := body[r]
 		switch {
@@ -74,6 +78,17 @@ func Unquote(q []byte) []byte {
 		return body
 	}
 	return unquote(body)
+}
+
+// AppendUnquote appends the text of the JSON string q to dst, decoded as
+// Unquote decodes it; q (quotes included) is checked, by ScanString, Scan
+// or Parse. A decoder that keeps one buffer for the strings it decodes uses
+// it instead of Unquote, which allocates.
+func AppendUnquote(dst, q []byte) []byte {
+	if len(q) < 2 {
+		return dst
+	}
+	return appendUnquote(dst, q[1:len(q)-1])
 }
 
 // getu4 decodes \uXXXX at the start of b, or returns -1.

@@ -296,6 +296,26 @@ func SkipSpace(b []byte, i int) int {
 	return i
 }
 
+// ScanString checks the JSON string that starts at b[i] (a quote) with
+// Valid's rules: end is the offset after its closing quote, and escaped
+// tells whether it holds a backslash or a byte from 0x80 on (whether its
+// text, Unquote's, may differ from its bytes). ok is false when b[i] is not
+// a quote or the string is malformed (a bad escape, a control character) or
+// does not end. A decoder of its own (one that builds values as it reads)
+// checks and decodes its strings with ScanString and AppendUnquote.
+func ScanString(b []byte, i int) (end int, escaped, ok bool) {
+	if i < 0 || i >= len(b) || b[i] != '"' {
+		return 0, false, false
+	}
+	var esc [1]bool
+	s := scanner{b: b[i:], esc: esc[:]}
+	n, ok := s.str(0)
+	if !ok {
+		return 0, false, false
+	}
+	return i + n, esc[0], true
+}
+
 // StringEnd returns the offset after the string starting at b[i] (a quote),
 // or -1 when it does not end. Escapes are skipped, not checked (Index.Scan
 // checks them); runs of eight bytes without a quote or a backslash are

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/tollgate-dev/tollgate/sdk/fastjson"
@@ -57,7 +56,7 @@ const ujsonMaxDepth = 1000
 // nil map[string]any does. ok=false for anything else, including every
 // input sigsjson rejects and a top-level null.
 func decodeUnstructured(b []byte) (m map[string]any, ok bool) {
-	d := udecoder{s: string(b), members: make([]umember, 0, 32), elems: make([]any, 0, 16)}
+	d := udecoder{b: b, s: string(b), members: make([]umember, 0, 32), elems: make([]any, 0, 16)}
 	d.skipSpace()
 	if d.i >= len(d.s) || d.s[d.i] != '{' {
 		return nil, false
@@ -73,9 +72,10 @@ func decodeUnstructured(b []byte) (m map[string]any, ok bool) {
 	return v, true
 }
 
-// udecoder reads JSON from s, a copy of the input: strings without escapes
-// are substrings of it, without a copy of their own.
+// udecoder reads JSON from b, the input, and s, a copy of it: strings
+// without escapes are substrings of s, without a copy of their own.
 type udecoder struct {
+	b []byte
 	s string
 	i int
 	// members and elems are stacks of the members of the objects and the
@@ -233,128 +233,24 @@ func (d *udecoder) array(depth int) ([]any, bool) {
 	return a, true
 }
 
-// strPlain[c] is true for the ASCII bytes that stand for themselves in a
-// JSON string.
-var strPlain = func() (t [256]bool) {
-	for c := ' '; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-// str decodes the string whose '"' is at d.i.
+// str decodes the string whose '"' is at d.i with sdk/fastjson, the one
+// JSON string decoder: ScanString checks it as sigsjson does (escapes,
+// control characters) and Unquote's rules give its text (escapes resolved,
+// a lone surrogate and each invalid UTF-8 byte U+FFFD). A string that
+// decodes to its own bytes is a substring of d.s, without a copy.
 func (d *udecoder) str() (string, bool) {
-	start := d.i + 1
-	i := start
-	for i < len(d.s) {
-		c := d.s[i]
-		if strPlain[c] {
-			i++
-			continue
-		}
-		switch {
-		case c == '"':
-			d.i = i + 1
-			return d.s[start:i], true
-		case c == '\\' || c < ' ':
-			return d.strSlow(start, i)
-		default:
-			r, size := utf8.DecodeRuneInString(d.s[i:])
-			if r == utf8.RuneError && size == 1 {
-				return d.strSlow(start, i)
-			}
-			i += size
-		}
+	start := d.i
+	end, escaped, ok := fastjson.ScanString(d.b, start)
+	if !ok {
+		return "", false
 	}
-	return "", false
-}
-
-// strSlow decodes a string that needs unescaping or replacements, from i,
-// the first such byte, on.
-func (d *udecoder) strSlow(start, i int) (string, bool) {
-	b := append(d.buf[:0], d.s[start:i]...)
-	for i < len(d.s) {
-		c := d.s[i]
-		switch {
-		case c == '"':
-			d.i = i + 1
-			d.buf = b
-			return string(b), true
-		case c < ' ':
-			return "", false
-		case c == '\\':
-			if i+1 >= len(d.s) {
-				return "", false
-			}
-			switch d.s[i+1] {
-			case '"', '\\', '/':
-				b = append(b, d.s[i+1])
-			case 'b':
-				b = append(b, '\b')
-			case 'f':
-				b = append(b, '\f')
-			case 'n':
-				b = append(b, '\n')
-			case 'r':
-				b = append(b, '\r')
-			case 't':
-				b = append(b, '\t')
-			case 'u':
-				r := hex4(d.s, i+2)
-				if r < 0 {
-					return "", false
-				}
-				i += 6
-				if utf16.IsSurrogate(r) {
-					var r2 rune = -1
-					if i+1 < len(d.s) && d.s[i] == '\\' && d.s[i+1] == 'u' {
-						r2 = hex4(d.s, i+2)
-					}
-					if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-						b = utf8.AppendRune(b, dec)
-						i += 6
-						continue
-					}
-					r = utf8.RuneError
-				}
-				b = utf8.AppendRune(b, r)
-				continue
-			default:
-				return "", false
-			}
-			i += 2
-		case c < utf8.RuneSelf:
-			b = append(b, c)
-			i++
-		default:
-			r, size := utf8.DecodeRuneInString(d.s[i:])
-			b = utf8.AppendRune(b, r) // U+FFFD for each invalid byte
-			i += size
-		}
+	d.i = end
+	s := d.s[start+1 : end-1]
+	if !escaped || strings.IndexByte(s, '\\') < 0 && utf8.ValidString(s) {
+		return s, true
 	}
-	return "", false
-}
-
-// hex4 is the value of the 4 hex digits at s[i:], or -1.
-func hex4(s string, i int) rune {
-	if len(s)-i < 4 {
-		return -1
-	}
-	var r rune
-	for _, c := range []byte(s[i : i+4]) {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
-			return -1
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
+	d.buf = fastjson.AppendUnquote(d.buf[:0], d.b[start:end])
+	return string(d.buf), true
 }
 
 // number decodes the number at d.i.
