@@ -95,19 +95,32 @@ modfile() {
 	cp "$moddir/go.sum" "$mod/tinygo.sum" 2>/dev/null || : >"$mod/tinygo.sum"
 	# the module's relative replace targets, made absolute for the go.mod in the temporary directory
 	sed -i -E "s#=>[[:space:]]+(\.{1,2}/[^[:space:]]*)#=> $moddir/\1#" "$mod/tinygo.mod"
+	# A module may have several patches: one copy with all of them (in patches.txt's order).
+	local -A files=() versions=()
+	local -a targets=()
 	while read -r name target version file; do
 		[[ "$target" == tinygo ]] && continue
+		if [[ -z "${files[$target]:-}" ]]; then
+			targets+=("$target")
+			versions[$target]="$version"
+		fi
+		[[ "${versions[$target]}" == "$version" ]] || die "patches for $target name two versions: ${versions[$target]} and $version"
+		files[$target]="${files[$target]:-} $file"
+	done < <(patch_lines)
+	for target in "${targets[@]}"; do
+		version="${versions[$target]}"
 		# -modfile: `go mod download` records checksums, in the temporary go.sum, not the module's
 		have="$(cd "$pkg" && "$GO" list -modfile="$mod/tinygo.mod" -m -f '{{.Version}}' "$target" 2>/dev/null || true)"
 		[[ -n "$have" ]] || continue # not a dependency of this package's module
-		[[ "$have" == "$version" ]] || die "patch $name is for $target $version, but $pkg's module uses $have: write the patch for $have"
+		[[ "$have" == "$version" ]] || die "a patch is for $target $version, but $pkg's module uses $have: write the patch for $have"
 		(cd "$pkg" && "$GO" mod download -modfile="$mod/tinygo.mod" "$target") >&2
 		src="$(cd "$pkg" && "$GO" list -modfile="$mod/tinygo.mod" -m -f '{{.Dir}}' "$target")"
 		[[ -d "$src" ]] || die "$target $version: not in the module cache"
 		esc="$(printf '%s' "$target" | tr '/' '_')"
-		dst="$(patched_copy "$src" "$esc@$version" "$file")"
+		# shellcheck disable=SC2086 # the list of patch files, split on purpose
+		dst="$(patched_copy "$src" "$esc@$version" ${files[$target]})"
 		printf '\nreplace %s => %s\n' "$target" "$dst" >>"$mod/tinygo.mod"
-	done < <(patch_lines)
+	done
 	printf '%s\n' "$mod/tinygo.mod"
 }
 
@@ -146,6 +159,7 @@ check() {
 		"cel|sliceof|unimplemented: reflect.SliceOf()"
 		"cel|newat|unimplemented: reflect.New()"
 		"cel|nomethodbyname|unimplemented: (reflect.Type).MethodByName()"
+		"cel|costlimit|panic: operation cancelled: actual cost limit exceeded"
 		"smd||ok"
 		"smd|nojsoniter|undefined symbol: reflect.unsafe_New"
 		"celk8s||ok"

@@ -12,15 +12,18 @@
 // on structured-merge-diff with client-go's built-in schema, serialized at
 // build time in smd_schema.json), and what typed objects do implicitly
 // (typed.go, from typed_kinds.json: zero values, omitempty, unknown fields,
-// canonical quantities and times), each following the apiserver's code
-// (k8s.io/apiserver v0.36.6) that package engine links.
+// canonical quantities and times), the CEL authorizer (authz.go: the
+// apiserver's authz libraries re-declared; rbac.go: the settings' RBAC
+// objects and package engine's authorizer chain on them), each following the
+// apiserver's code (k8s.io/apiserver v0.36.6) that package engine links. The
+// library cost estimator is the apiserver's.
 //
-// Not yet (missing.go): the authorizer and authorizer.requestResource, the
-// format library and the library cost estimator; fromCluster and rbac
-// settings are refused, and an expression using the authorizer or format
-// library does not compile, so such policies are refused rather than
-// answered differently. Equivalent-resource matching (matchPolicy
-// Equivalent across API versions) is not done, as in package engine.
+// Not yet (missing.go): the format library, and fromCluster settings (the
+// host capabilities: namespaces, params and the authorizer's decisions from
+// the cluster), which are refused; an expression using the format library
+// does not compile, so such policies are refused rather than answered
+// differently. Equivalent-resource matching (matchPolicy Equivalent across
+// API versions) is not done, as in package engine.
 //
 // It must NOT import k8s.io/api, apimachinery's typed machinery or anything
 // that imports net or net/http (TinyGo's wasip1 root has neither), nor know

@@ -78,7 +78,8 @@ func ac(expr string) string {
 
 type testRequest struct {
 	op, object, oldObject, user string
-	want                        string // a substring of the outcome, so that a case tests what it says
+	groups                      []string // with user (default: alice in system:authenticated)
+	want                        string   // a substring of the outcome, so that a case tests what it says
 }
 
 var testCases = []struct {
@@ -175,7 +176,7 @@ namespaces:
 
 func TestAgainstEngine(t *testing.T) {
 	ctx := context.Background()
-	for _, c := range testCases {
+	for _, c := range append(testCases, authzCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			settings, err := yaml.YAMLToJSON([]byte(c.settings))
 			if err != nil {
@@ -240,6 +241,9 @@ func admissionRequest(t *testing.T, r testRequest) *protocol.KubernetesAdmission
 		UserInfo:  protocol.UserInfo{Username: "alice", Groups: []string{"system:authenticated"}},
 		Object:    obj,
 	}
+	if r.user != "" {
+		req.UserInfo = protocol.UserInfo{Username: r.user, Groups: r.groups}
+	}
 	if r.oldObject != "" {
 		if req.OldObject, err = yaml.YAMLToJSON([]byte(r.oldObject)); err != nil {
 			t.Fatal(err)
@@ -298,8 +302,8 @@ func dropNulls(v any) any {
 // are refused with the reason, not answered differently.
 func TestRefusesWhatItCannotDoYet(t *testing.T) {
 	for _, c := range []struct{ name, settings, want string }{
-		{"authorizer", policyYAML("", jp(`authorizer.group("").resource("pods").check("get").allowed() ? [] : []`)), "undeclared reference to 'authorizer'"},
-		{"rbac", policyYAML("", jp(`[]`)) + "rbac: {}\n", "not supported by this engine yet"},
+		{"format library", policyYAML("", jp(`format.dns1123Label().validate("x").hasValue() ? [] : []`)), "undeclared reference to 'format'"},
+		{"fromCluster", policyYAML("", jp(`[]`)) + "fromCluster: true\n", "not supported by this engine yet"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			settings, err := yaml.YAMLToJSON([]byte(c.settings))

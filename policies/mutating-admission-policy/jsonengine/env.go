@@ -30,11 +30,11 @@ import (
 // baseEnvOptions are the apiserver's base environment options
 // (k8s.io/apiserver/pkg/cel/environment, baseOpts) as the stored-expressions
 // environment enables them: all of them but the strings library version 0,
-// which version 2 replaces. Not yet here (see missing.go): the authz and
-// format libraries and the library cost estimator, which need package net
-// (under TinyGo k8s.io/apiserver/pkg/cel/library has none of them, see
-// scripts/tinygo-patches "nonet"); the engine leaves them out in every build
-// so that the native build answers exactly as the TinyGo one.
+// which version 2 replaces. The authz libraries are this engine's (authz.go:
+// k8s.io/apiserver's need net/http, see scripts/tinygo-patches "nonet"); not
+// yet here (see missing.go): the format library, which needs package net;
+// the engine leaves it out in every build so that the native build answers
+// exactly as the TinyGo one.
 func baseEnvOptions() ([]cel.EnvOption, []cel.ProgramOption) {
 	envOpts := []cel.EnvOption{
 		cel.HomogeneousAggregateLiterals(),
@@ -62,6 +62,7 @@ func baseEnvOptions() ([]cel.EnvOption, []cel.ProgramOption) {
 		library.CIDR(),
 	)
 	envOpts = append(envOpts, formatLibraries()...)
+	envOpts = append(envOpts, authzSelectorsLibraries()...)
 	envOpts = append(envOpts,
 		ext.TwoVarComprehensions(),
 		library.SemverLib(library.SemverVersion(1)),
@@ -74,6 +75,13 @@ func baseEnvOptions() ([]cel.EnvOption, []cel.ProgramOption) {
 	}
 	progOpts = append(progOpts, costTracking()...)
 	return envOpts, progOpts
+}
+
+// costTracking is the apiserver's StrictCostOpt: the Kubernetes library cost
+// estimator for the runtime cost of the library functions (the authz
+// functions included, which it knows by name).
+func costTracking() []cel.ProgramOption {
+	return []cel.ProgramOption{cel.CostTracking(&library.CostEstimator{})}
 }
 
 // requestType and namespaceType are the declared types of the "request" and

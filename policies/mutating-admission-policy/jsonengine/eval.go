@@ -29,6 +29,7 @@ type Engine struct {
 	conditions    []namedCompiled
 	mutations     []compiledMutation
 	namespaces    map[string]map[string]any
+	authorize     authorizerFunc
 }
 
 // Result is the outcome of one request: accepted unchanged (Object nil),
@@ -47,7 +48,7 @@ func Compile(data []byte) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{s: s, namespaces: map[string]map[string]any{}}
+	e := &Engine{s: s, namespaces: map[string]map[string]any{}, authorize: newAuthorizer(s.RBAC)}
 	for _, ns := range s.Namespaces {
 		md := ns["metadata"].(map[string]any)
 		labels, _ := md["labels"].(map[string]any)
@@ -185,9 +186,11 @@ func (e *Engine) dispatch(ctx context.Context, a *attrs, req *protocol.Kubernete
 		namespace = e.namespace(nsName)
 	}
 	request := requestValue(a, req)
+	authz := newAuthorizerVal(&userInfo{name: req.UserInfo.Username, groups: req.UserInfo.Groups}, e.authorize)
+	requestResource := newRequestResourceVal(authz, a)
 	object, dirty := a.object, false
 	for _, param := range params {
-		act := &activation{object: object, oldObject: a.oldObject, request: request, params: param}
+		act := &activation{object: object, oldObject: a.oldObject, request: request, params: param, authorizer: authz, requestResource: requestResource}
 		if len(e.conditions) > 0 {
 			act.variables = e.newVariables(act)
 			ok, err := e.matchConditions(ctx, act)
@@ -203,7 +206,7 @@ func (e *Engine) dispatch(ctx context.Context, a *attrs, req *protocol.Kubernete
 			if object == nil {
 				continue
 			}
-			mact := &activation{object: object, oldObject: a.oldObject, request: request, params: param, namespace: namespace, kind: a}
+			mact := &activation{object: object, oldObject: a.oldObject, request: request, params: param, namespace: namespace, kind: a, authorizer: authz, requestResource: requestResource}
 			mact.variables = e.newVariables(mact)
 			out, err := e.patch(ctx, &e.mutations[i], mact)
 			var se *statusError
@@ -281,6 +284,8 @@ type activation struct {
 	object, oldObject, request, params, namespace map[string]any
 	kind                                          *attrs // the request's kind, for the typed decoding of a patch's result
 	variables                                     ref.Val
+	authorizer                                    authorizerVal
+	requestResource                               resourceCheckVal
 	cost                                          int64 // of the composited variables evaluated since the last evaluate
 }
 
@@ -300,6 +305,10 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return nilMap(a.namespace), true
 	case "variables":
 		return a.variables, true
+	case authorizerVarName:
+		return a.authorizer, true
+	case requestResourceVarName:
+		return a.requestResource, true
 	}
 	return nil, false
 }

@@ -25,6 +25,7 @@ type settings struct {
 	Binding     binding
 	Params      []map[string]any
 	Namespaces  []map[string]any
+	RBAC        *rbacObjects // nil without "rbac": the sandbox's authorizer
 	HasParamRef bool
 }
 
@@ -137,10 +138,15 @@ func decodeSettings(data []byte) (*settings, error) {
 	if isNull(raw.Policy) {
 		return nil, fmt.Errorf("%w: settings must contain a \"policy\" (a MutatingAdmissionPolicy object or its spec)", ErrInvalidSettings)
 	}
-	if raw.FromCluster || !isNull(raw.RBAC) {
-		return nil, fmt.Errorf("%w: fromCluster and rbac are not supported by this engine yet", ErrInvalidSettings)
+	if raw.FromCluster {
+		return nil, fmt.Errorf("%w: fromCluster is not supported by this engine yet", ErrInvalidSettings)
 	}
 	s := &settings{}
+	rbac, err := decodeRBAC(raw.RBAC)
+	if err != nil {
+		return nil, err
+	}
+	s.RBAC = rbac
 	name, spec, err := splitObject(raw.Policy, "policy", "MutatingAdmissionPolicy")
 	if err != nil {
 		return nil, err
