@@ -150,6 +150,11 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	code := m.Run()
+	// The operator the TestOperator* tests share, when TestOperatorUninstall did not run.
+	if err := releaseSharedOperator(); err != nil {
+		fmt.Println("e2e: removing the TestOperator tests' operator:", err)
+		code = max(code, 1)
+	}
 	if code != 0 {
 		fmt.Println(c.LogTail(20))
 	}

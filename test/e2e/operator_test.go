@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -68,184 +67,153 @@ const (
 	controllerName = release + "-controller"
 )
 
-// TestOperator runs the operator's scenarios on the real node, in order (each subtest depends on
-// the ones before it): the chart installed with helm, the controller a pod of tollgate's image
-// with its ServiceAccount and in-cluster config, the policy servers pods of that image that the
-// kubelet runs as uid 65532 with a read-only root filesystem.
-func TestOperator(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 25*time.Minute)
-	defer cancel()
-	op := startOperator(t, ctx)
-	// Leave nothing for the next test's controller (policies and PolicyServers are cluster-wide):
-	// this runs before the controller stops, so finalizers are honoured; one that is not within a
-	// minute is an error, and is stripped.
-	t.Cleanup(func() {
-		op.deleteAll(t, []string{"ClusterAdmissionPolicy/required-labels", "ClusterAdmissionPolicy/capabilities-drop",
-			"ClusterAdmissionPolicy/monitor-labels", "ClusterAdmissionPolicy/load-labels", "ClusterAdmissionPolicy/broken-module",
-			"ClusterAdmissionPolicy/bad-settings", "AdmissionPolicy/e2e-b/team-labels", "ClusterAdmissionPolicyGroup/owner-or-team",
-			"PolicyServer/" + psName})
-	})
+// The TestOperator* tests run the operator's scenarios on the real node: the chart installed with
+// helm (operatorFixture, shared by them), the controller a pod of tollgate's image with its
+// ServiceAccount and in-cluster config, the policy servers pods of that image that the kubelet runs
+// as uid 65532 with a read-only root filesystem. Each establishes what it needs (op.policyServer,
+// op.requiredLabels, op.loadPolicy...), so that each runs alone and fails for its own reason;
+// they run in the file's order, TestOperatorUninstall last.
 
-	for _, ns := range []string{"e2e-a", "e2e-b", "e2e-c", "e2e-d", "e2e-load", "e2e-broken"} {
-		if err := ensureNamespace(ctx, op.cs, ns); err != nil {
-			t.Fatal(err)
+// operatorContext is the context of one TestOperator* test: the longest of them (the certificate
+// rotation, the scaling) take a few minutes.
+func operatorContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestOperatorPolicyServer: a PolicyServer with 2 replicas; the pods run the image as uid 65532
+// with a read-only root filesystem, its certificate names its Service, its ServiceAccount may read
+// and watch its ConfigMap and nothing else.
+func TestOperatorPolicyServer(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	pods := op.policyServer(t, ctx)
+	for _, p := range pods {
+		t.Logf("replica %s ip %s webhook %d probes %d", p.Name, p.Status.PodIP, containerPort(&p, "policy-server"), containerPort(&p, "readiness"))
+		// The kubelet runs the image as the Deployment says: uid 65532, read-only root.
+		sc := p.Spec.Containers[0].SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			t.Errorf("%s: container securityContext %+v, want a read-only root filesystem", p.Name, sc)
 		}
 	}
-	var latencies []time.Duration // apply-to-enforce, per policy edit
-	var killedPod string          // the replica whose container is killed on purpose
-	var failed atomic.Int64       // failed admission requests over every scenario with load, the kill's excluded
-	var killFailed atomic.Int64   // failed around the container kill (allowed: the killed replica's in-flight requests)
-
-	ok := t.Run("PolicyServer gets its replicas", func(t *testing.T) {
-		apply(t, ctx, policyServerYAML(psName, 2, "  minAvailable: 1\n"))
-		begin := time.Now()
-		pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, 2, 3*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("2 replicas Ready %v after the PolicyServer was applied", time.Since(begin).Round(time.Millisecond))
-		for _, p := range pods {
-			t.Logf("replica %s ip %s webhook %d probes %d", p.Name, p.Status.PodIP, containerPort(&p, "policy-server"), containerPort(&p, "readiness"))
-			// The kubelet runs the image as the Deployment says: uid 65532, read-only root.
-			sc := p.Spec.Containers[0].SecurityContext
-			if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-				t.Errorf("%s: container securityContext %+v, want a read-only root filesystem", p.Name, sc)
-			}
-		}
-		checkUID(t, ctx, pods[0], 65532)
-		// The certificate names the Service, and the replicas serve it.
-		sec, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		crt := parseCert(t, sec.Data["tls.crt"])
-		if want := psObject + "." + controllerNS + ".svc"; !slices.Contains(crt.DNSNames, want) {
-			t.Errorf("certificate names %v, want %s", crt.DNSNames, want)
-		}
-		eventually(t, 30*time.Second, func() error {
-			ps, err := op.dyn.Resource(policyGVR["PolicyServer"]).Get(ctx, psName, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			return conditionsTrue(ps, "DeploymentReconciled", "ServiceReconciled", "ConfigMapReconciled", "CertSecretReconciled", "RBACReconciled")
-		})
-		// The replicas reach the API as their ServiceAccount (a TokenRequest token): their
-		// Role lets them read and watch their ConfigMap, and nothing else.
-		scs, err := serviceAccountClient(ctx, &pods[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 10*time.Second, func() error {
-			if _, err := scs.CoreV1().ConfigMaps(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); err != nil {
-				return fmt.Errorf("the server's ServiceAccount cannot get its ConfigMap: %w", err)
-			}
-			_, err := scs.CoreV1().ConfigMaps(controllerNS).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + psObject})
-			return err
-		})
-		if _, err := scs.CoreV1().ConfigMaps(controllerNS).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-			t.Errorf("the server's ServiceAccount lists every ConfigMap: %v", err)
-		}
-		if _, err := scs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
-			t.Errorf("the server's ServiceAccount reads its Secret: %v", err)
-		}
-	})
-	if !ok {
-		t.FailNow()
+	checkUID(t, ctx, pods[0], 65532)
+	// The certificate names the Service, and the replicas serve it.
+	sec, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	t.Run("validating ClusterAdmissionPolicy refuses a violating Pod", func(t *testing.T) {
-		start := time.Now()
-		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "required-labels", policySpec{
-			module: op.requiredWasm, settings: `{"mandatory_labels": ["owner"]}`, resources: "pods",
-		}))
-		eventually(t, 60*time.Second, func() error {
-			err := createPod(ctx, op.cs, "e2e-a", nil, nil)
-			if err == nil {
-				return fmt.Errorf("a Pod without owner was admitted")
-			}
-			if !strings.Contains(err.Error(), `mandatory label "owner" is missing`) {
-				return fmt.Errorf("want the policy's message, got: %v", err)
-			}
-			return nil
-		})
-		t.Logf("first policy: apply to enforce %v", time.Since(start).Round(time.Millisecond))
-		op.waitStatus(t, ctx, "ClusterAdmissionPolicy", "", "required-labels", "active", 30*time.Second)
-		if err := createPod(ctx, op.cs, "e2e-a", map[string]string{"owner": "me"}, nil); err != nil {
-			t.Fatalf("a Pod with owner: %v", err)
+	crt := parseCert(t, sec.Data["tls.crt"])
+	if want := psObject + "." + controllerNS + ".svc"; !slices.Contains(crt.DNSNames, want) {
+		t.Errorf("certificate names %v, want %s", crt.DNSNames, want)
+	}
+	// The replicas reach the API as their ServiceAccount (a TokenRequest token): their
+	// Role lets them read and watch their ConfigMap, and nothing else.
+	scs, err := serviceAccountClient(ctx, &pods[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if _, err := scs.CoreV1().ConfigMaps(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("the server's ServiceAccount cannot get its ConfigMap: %w", err)
 		}
-		if _, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterwide-required-labels", metav1.GetOptions{}); err != nil {
-			t.Errorf("webhook configuration: %v", err)
-		}
+		_, err := scs.CoreV1().ConfigMaps(controllerNS).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + psObject})
+		return err
 	})
+	if _, err := scs.CoreV1().ConfigMaps(controllerNS).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the server's ServiceAccount lists every ConfigMap: %v", err)
+	}
+	if _, err := scs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the server's ServiceAccount reads its Secret: %v", err)
+	}
+}
 
-	t.Run("mutating policy's patch is in the stored Pod", func(t *testing.T) {
-		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "capabilities-drop", policySpec{
-			module: op.capsWasm, mutating: true, resources: "pods",
-		}))
-		op.waitStatus(t, ctx, "ClusterAdmissionPolicy", "", "capabilities-drop", "active", 60*time.Second)
-		eventually(t, 30*time.Second, func() error {
-			name, err := createPodNamed(ctx, op.cs, "e2e-a", map[string]string{"owner": "me"}, []corev1.Capability{"NET_ADMIN"})
-			if err != nil {
-				return err
-			}
-			p, err := op.cs.CoreV1().Pods("e2e-a").Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			sc := p.Spec.Containers[0].SecurityContext
-			if sc == nil || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "BPF") {
-				return fmt.Errorf("stored Pod %s has securityContext %+v, want BPF dropped", name, sc)
-			}
-			return nil
-		})
+// TestOperatorValidatingPolicy: a validating ClusterAdmissionPolicy refuses a violating Pod with
+// its message, admits a compliant one, and has its webhook configuration.
+func TestOperatorValidatingPolicy(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	enforced := op.requiredLabels(t, ctx)
+	t.Logf("required-labels: apply to enforce %v", enforced.Round(time.Millisecond))
+	if err := createPod(ctx, op.cs, "e2e-a", map[string]string{"owner": "me"}, nil); err != nil {
+		t.Fatalf("a Pod with owner: %v", err)
+	}
+	if _, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterwide-required-labels", metav1.GetOptions{}); err != nil {
+		t.Errorf("webhook configuration: %v", err)
+	}
+}
+
+// TestOperatorMutatingPolicy: a mutating policy's patch is in the stored Pod.
+func TestOperatorMutatingPolicy(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.capabilitiesDrop(t, ctx)
+	if _, err := op.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterwide-capabilities-drop", metav1.GetOptions{}); err != nil {
+		t.Errorf("mutating webhook configuration: %v", err)
+	}
+}
+
+// TestOperatorAdmissionPolicyNamespace: an AdmissionPolicy affects only its namespace.
+func TestOperatorAdmissionPolicyNamespace(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	apply(t, ctx, policyYAML("AdmissionPolicy", "e2e-b", "team-labels", policySpec{
+		module: op.requiredWasm, settings: `{"mandatory_labels": ["team"]}`, resources: "configmaps",
+	}))
+	op.waitStatus(t, ctx, "AdmissionPolicy", "e2e-b", "team-labels", "active", 60*time.Second)
+	eventually(t, 10*time.Second, func() error {
+		if err := createConfigMap(ctx, op.cs, "e2e-b", nil); err == nil || !isDenial(err) {
+			return fmt.Errorf("e2e-b, no team label: want a denial, got %v", err)
+		}
+		return nil
 	})
+	if err := createConfigMap(ctx, op.cs, "e2e-a", nil); err != nil {
+		t.Errorf("e2e-a, no team label: %v", err)
+	}
+	if err := createConfigMap(ctx, op.cs, "e2e-b", map[string]string{"team": "t"}); err != nil {
+		t.Errorf("e2e-b, team label: %v", err)
+	}
+}
 
-	t.Run("AdmissionPolicy affects only its namespace", func(t *testing.T) {
-		apply(t, ctx, policyYAML("AdmissionPolicy", "e2e-b", "team-labels", policySpec{
-			module: op.requiredWasm, settings: `{"mandatory_labels": ["team"]}`, resources: "configmaps",
-		}))
-		op.waitStatus(t, ctx, "AdmissionPolicy", "e2e-b", "team-labels", "active", 60*time.Second)
-		eventually(t, 10*time.Second, func() error {
-			if err := createConfigMap(ctx, op.cs, "e2e-b", nil); err == nil || !isDenial(err) {
-				return fmt.Errorf("e2e-b, no team label: want a denial, got %v", err)
-			}
-			return nil
-		})
-		if err := createConfigMap(ctx, op.cs, "e2e-a", nil); err != nil {
-			t.Errorf("e2e-a, no team label: %v", err)
+// TestOperatorMonitorMode: a policy in monitor mode lets everything through; the same policy in
+// protect mode refuses (so the pass meant something).
+func TestOperatorMonitorMode(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "monitor-labels", policySpec{
+		module: op.requiredWasm, settings: `{"mandatory_labels": ["monitored"]}`, resources: "configmaps",
+		namespace: "e2e-c", mode: "monitor",
+	}))
+	op.waitStatus(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels", "active", 60*time.Second)
+	for i := 0; i < 5; i++ {
+		if err := createConfigMap(ctx, op.cs, "e2e-c", nil); err != nil {
+			t.Fatalf("monitor mode refused: %v", err)
 		}
-		if err := createConfigMap(ctx, op.cs, "e2e-b", map[string]string{"team": "t"}); err != nil {
-			t.Errorf("e2e-b, team label: %v", err)
+	}
+	obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels")
+	if mode, _, _ := unstructured.NestedString(obj.Object, "status", "mode"); mode != "monitor" {
+		t.Errorf("status.mode = %q, want monitor", mode)
+	}
+	op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels", `{"mode": "protect"}`)
+	eventually(t, 30*time.Second, func() error {
+		if err := createConfigMap(ctx, op.cs, "e2e-c", nil); err == nil || !isDenial(err) {
+			return fmt.Errorf("protect mode: want a denial, got %v", err)
 		}
+		return nil
 	})
+}
 
-	t.Run("monitor mode lets everything through", func(t *testing.T) {
-		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "monitor-labels", policySpec{
-			module: op.requiredWasm, settings: `{"mandatory_labels": ["monitored"]}`, resources: "configmaps",
-			namespace: "e2e-c", mode: "monitor",
-		}))
-		op.waitStatus(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels", "active", 60*time.Second)
-		for i := 0; i < 5; i++ {
-			if err := createConfigMap(ctx, op.cs, "e2e-c", nil); err != nil {
-				t.Fatalf("monitor mode refused: %v", err)
-			}
-		}
-		obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels")
-		if mode, _, _ := unstructured.NestedString(obj.Object, "status", "mode"); mode != "monitor" {
-			t.Errorf("status.mode = %q, want monitor", mode)
-		}
-		// The same policy in protect mode refuses (so the pass above meant something).
-		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "monitor-labels", `{"mode": "protect"}`)
-		eventually(t, 30*time.Second, func() error {
-			if err := createConfigMap(ctx, op.cs, "e2e-c", nil); err == nil || !isDenial(err) {
-				return fmt.Errorf("protect mode: want a denial, got %v", err)
-			}
-			return nil
-		})
-	})
-
-	t.Run("a policy group decides by its expression", func(t *testing.T) {
-		apply(t, ctx, `apiVersion: policies.tollgate.dev/v1
+// TestOperatorPolicyGroup: a policy group decides by its expression, and by the new one after an
+// edit.
+func TestOperatorPolicyGroup(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	apply(t, ctx, `apiVersion: policies.tollgate.dev/v1
 kind: ClusterAdmissionPolicyGroup
 metadata:
   name: owner-or-team
@@ -268,588 +236,630 @@ spec:
   expression: "owner() || team()"
   message: "needs an owner or a team label"
 `)
-		op.waitStatus(t, ctx, "ClusterAdmissionPolicyGroup", "", "owner-or-team", "active", 60*time.Second)
-		eventually(t, 10*time.Second, func() error {
-			err := createConfigMap(ctx, op.cs, "e2e-d", nil)
-			if err == nil || !strings.Contains(err.Error(), "needs an owner or a team label") {
-				return fmt.Errorf("neither label: want the group's message, got %v", err)
-			}
-			return nil
-		})
-		for _, l := range []map[string]string{{"owner": "o"}, {"team": "t"}} {
-			if err := createConfigMap(ctx, op.cs, "e2e-d", l); err != nil {
-				t.Errorf("labels %v (owner() || team()): %v", l, err)
-			}
+	op.waitStatus(t, ctx, "ClusterAdmissionPolicyGroup", "", "owner-or-team", "active", 60*time.Second)
+	eventually(t, 10*time.Second, func() error {
+		err := createConfigMap(ctx, op.cs, "e2e-d", nil)
+		if err == nil || !strings.Contains(err.Error(), "needs an owner or a team label") {
+			return fmt.Errorf("neither label: want the group's message, got %v", err)
 		}
-		op.patchSpec(t, ctx, "ClusterAdmissionPolicyGroup", "", "owner-or-team", `{"expression": "owner() && team()"}`)
-		eventually(t, 30*time.Second, func() error {
-			if err := createConfigMap(ctx, op.cs, "e2e-d", map[string]string{"team": "t"}); err == nil || !isDenial(err) {
-				return fmt.Errorf("team only under owner() && team(): want a denial, got %v", err)
-			}
-			return nil
-		})
-		if err := createConfigMap(ctx, op.cs, "e2e-d", map[string]string{"team": "t", "owner": "o"}); err != nil {
-			t.Errorf("both labels under owner() && team(): %v", err)
-		}
+		return nil
 	})
-
-	t.Run(fmt.Sprintf("%d policy edits under load: no failed request, no restart", edits), func(t *testing.T) {
-		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "load-labels", policySpec{
-			module: op.requiredWasm, settings: `{"mandatory_labels": ["k0"]}`, resources: "configmaps", namespace: "e2e-load",
-		}))
-		op.waitStatus(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", "active", 60*time.Second)
-		eventually(t, 10*time.Second, func() error {
-			if err := createConfigMap(ctx, op.cs, "e2e-load", nil); err == nil || !isDenial(err) {
-				return fmt.Errorf("want a denial, got %v", err)
-			}
-			return nil
-		})
-		pods0, err := serverPods(ctx, op.cs, controllerNS, psObject)
-		if err != nil {
-			t.Fatal(err)
+	for _, l := range []map[string]string{{"owner": "o"}, {"team": "t"}} {
+		if err := createConfigMap(ctx, op.cs, "e2e-d", l); err != nil {
+			t.Errorf("labels %v (owner() || team()): %v", l, err)
 		}
-		ids0, restarts0 := containerIDs(pods0)
-		l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 5*time.Minute)
-		time.Sleep(time.Second)
-		for i := 1; i <= edits; i++ {
-			key := "k" + strconv.Itoa(i)
-			t0 := time.Now()
-			op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["`+key+`"]}}`)
-			_, err := l.probe(ctx, key, 30*time.Second)
-			if err != nil {
-				l.stop()
-				t.Fatalf("edit %d: %v (after %v)", i, err, time.Since(t0))
-			}
-			latencies = append(latencies, time.Since(t0))
-			time.Sleep(200 * time.Millisecond)
+	}
+	op.patchSpec(t, ctx, "ClusterAdmissionPolicyGroup", "", "owner-or-team", `{"expression": "owner() && team()"}`)
+	eventually(t, 30*time.Second, func() error {
+		if err := createConfigMap(ctx, op.cs, "e2e-d", map[string]string{"team": "t"}); err == nil || !isDenial(err) {
+			return fmt.Errorf("team only under owner() && team(): want a denial, got %v", err)
 		}
-		time.Sleep(time.Second)
-		l.stop()
-		failed.Add(l.failed.Load())
-		p50, pmax := percentile(latencies, 50), percentile(latencies, 100)
-		line := fmt.Sprintf("e2e: apply-to-enforce on real pods p50=%v max=%v edits=%d failed_requests=%d requests=%d",
-			p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load())
-		t.Log(line)
-		fmt.Println(line)
-		if n := l.failed.Load(); n != 0 {
-			t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
-		}
-		if p50 > 500*time.Millisecond || pmax > 2*time.Second {
-			t.Errorf("apply-to-enforce p50 %v, max %v: targets 500 ms and 2 s", p50, pmax)
-		}
-		pods1, err := serverPods(ctx, op.cs, controllerNS, psObject)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ids1, restarts1 := containerIDs(pods1); fmt.Sprint(ids1) != fmt.Sprint(ids0) || restarts1 != restarts0 {
-			t.Errorf("policy server containers changed during the edits (want no restart): %v (restarts %d) -> %v (restarts %d)", ids0, restarts0, ids1, restarts1)
-		}
+		return nil
 	})
+	if err := createConfigMap(ctx, op.cs, "e2e-d", map[string]string{"team": "t", "owner": "o"}); err != nil {
+		t.Errorf("both labels under owner() && team(): %v", err)
+	}
+}
 
-	t.Run("broken policies: status says why, no webhook, the others keep working", func(t *testing.T) {
-		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "broken-module", policySpec{
-			module: "registry://" + cluster.PodRegistryHost + "/e2e/policies/nonexistent:v1", resources: "configmaps", namespace: "e2e-broken",
-		}))
-		apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "bad-settings", policySpec{
-			module: op.requiredWasm, settings: `{"required_labels": ["x"]}`, resources: "configmaps", namespace: "e2e-broken",
-		}))
-		for name, want := range map[string]string{"broken-module": "e2e/policies/nonexistent:v1", "bad-settings": `unknown settings field "required_labels"`} {
-			eventually(t, 60*time.Second, func() error {
-				obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", name)
-				st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus")
-				msgs := conditionMessages(obj)
-				if st == "active" {
-					return fmt.Errorf("%s is active", name)
-				}
-				if !strings.Contains(msgs, want) {
-					return fmt.Errorf("%s: status %s, conditions %s: want %q", name, st, msgs, want)
-				}
-				return nil
-			})
+// TestOperatorEditsUnderLoad: 20 settings edits of a policy under load (2 workers creating
+// ConfigMaps): apply-to-enforce per edit, no failed request, the same containers with no restart.
+func TestOperatorEditsUnderLoad(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.loadPolicy(t, ctx, "k0")
+	pods0, err := serverPods(ctx, op.cs, controllerNS, psObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids0, restarts0 := containerIDs(pods0)
+	var latencies []time.Duration // apply-to-enforce, per policy edit
+	l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 5*time.Minute)
+	time.Sleep(time.Second)
+	for i := 1; i <= edits; i++ {
+		key := "k" + strconv.Itoa(i)
+		t0 := time.Now()
+		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["`+key+`"]}}`)
+		_, err := l.probe(ctx, key, 30*time.Second)
+		if err != nil {
+			l.stop()
+			t.Fatalf("edit %d: %v (after %v)", i, err, time.Since(t0))
+		}
+		latencies = append(latencies, time.Since(t0))
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	l.stop()
+	p50, pmax := percentile(latencies, 50), percentile(latencies, 100)
+	line := fmt.Sprintf("e2e: apply-to-enforce on real pods p50=%v max=%v edits=%d failed_requests=%d requests=%d",
+		p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load())
+	t.Log(line)
+	fmt.Println(line)
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+	}
+	if p50 > 500*time.Millisecond || pmax > 2*time.Second {
+		t.Errorf("apply-to-enforce p50 %v, max %v: targets 500 ms and 2 s", p50, pmax)
+	}
+	pods1, err := serverPods(ctx, op.cs, controllerNS, psObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids1, restarts1 := containerIDs(pods1); fmt.Sprint(ids1) != fmt.Sprint(ids0) || restarts1 != restarts0 {
+		t.Errorf("policy server containers changed during the edits (want no restart): %v (restarts %d) -> %v (restarts %d)", ids0, restarts0, ids1, restarts1)
+	}
+}
+
+// TestOperatorBrokenPolicies: a module that cannot be fetched and settings the policy rejects: the
+// status says why, no webhook, the other policies keep working and taking edits.
+func TestOperatorBrokenPolicies(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.requiredLabels(t, ctx)
+	op.loadPolicy(t, ctx, "k0")
+	t.Cleanup(func() {
+		op.deleteAll(t, []string{"ClusterAdmissionPolicy/broken-module", "ClusterAdmissionPolicy/bad-settings"})
+	})
+	apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "broken-module", policySpec{
+		module: "registry://" + cluster.PodRegistryHost + "/e2e/policies/nonexistent:v1", resources: "configmaps", namespace: "e2e-broken",
+	}))
+	apply(t, ctx, policyYAML("ClusterAdmissionPolicy", "", "bad-settings", policySpec{
+		module: op.requiredWasm, settings: `{"required_labels": ["x"]}`, resources: "configmaps", namespace: "e2e-broken",
+	}))
+	for name, want := range map[string]string{"broken-module": "e2e/policies/nonexistent:v1", "bad-settings": `unknown settings field "required_labels"`} {
+		eventually(t, 60*time.Second, func() error {
 			obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", name)
-			t.Logf("%s: %s", name, conditionMessages(obj))
-			if _, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterwide-"+name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Errorf("%s: webhook configuration registered (get: %v)", name, err)
+			st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus")
+			msgs := conditionMessages(obj)
+			if st == "active" {
+				return fmt.Errorf("%s is active", name)
 			}
-		}
-		if err := createConfigMap(ctx, op.cs, "e2e-broken", nil); err != nil {
-			t.Errorf("e2e-broken has no working policy, yet: %v", err)
-		}
-		// The others keep working, and keep taking edits.
-		if err := createPod(ctx, op.cs, "e2e-a", nil, nil); err == nil || !isDenial(err) {
-			t.Errorf("required-labels no longer refuses: %v", err)
-		}
-		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["after-broken"]}}`)
-		eventually(t, 30*time.Second, func() error {
-			err := createConfigMap(ctx, op.cs, "e2e-load", map[string]string{"k20": "v"})
-			if err == nil || !strings.Contains(err.Error(), `"after-broken"`) {
-				return fmt.Errorf("an edit of another policy beside a broken one: want a denial naming after-broken, got %v", err)
+			if !strings.Contains(msgs, want) {
+				return fmt.Errorf("%s: status %s, conditions %s: want %q", name, st, msgs, want)
 			}
 			return nil
 		})
-		for _, name := range []string{"broken-module", "bad-settings"} {
-			if _, _, err := env.cluster.Kubectl(ctx, "delete", "clusteradmissionpolicy", name, "--timeout=60s"); err != nil {
-				t.Errorf("delete %s: %v", name, err)
-			}
+		obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", name)
+		t.Logf("%s: %s", name, conditionMessages(obj))
+		if _, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "clusterwide-"+name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: webhook configuration registered (get: %v)", name, err)
 		}
+	}
+	if err := createConfigMap(ctx, op.cs, "e2e-broken", nil); err != nil {
+		t.Errorf("e2e-broken has no working policy, yet: %v", err)
+	}
+	// The others keep working, and keep taking edits.
+	if err := createPod(ctx, op.cs, "e2e-a", nil, nil); err == nil || !isDenial(err) {
+		t.Errorf("required-labels no longer refuses: %v", err)
+	}
+	op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["after-broken"]}}`)
+	eventually(t, 30*time.Second, func() error {
+		err := createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
+		if err == nil || !strings.Contains(err.Error(), `"after-broken"`) {
+			return fmt.Errorf("an edit of another policy beside a broken one: want a denial naming after-broken, got %v", err)
+		}
+		return nil
 	})
+	for _, name := range []string{"broken-module", "bad-settings"} {
+		if _, _, err := env.cluster.Kubectl(ctx, "delete", "clusteradmissionpolicy", name, "--timeout=60s"); err != nil {
+			t.Errorf("delete %s: %v", name, err)
+		}
+	}
+}
 
-	t.Run("certificate and CA rotation: no failed request", func(t *testing.T) {
-		leaf0, ca0 := op.certs(t, ctx)
-		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["k0"]}}`)
-		eventually(t, 30*time.Second, func() error { // the load's compliant objects pass again
-			return createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
-		})
-		l := startLoad(ctx, op.cs, "e2e-load", 2, 50000, 5*time.Minute)
-		defer l.stop()
-		// The server certificate is renewed every 30 s (--cert-validity=2m, --cert-renew-before=90s)
-		// and the CA 90 s after the controller made it (--ca-validity=3m): wait for a server
-		// certificate signed by a new CA.
-		var leaf, ca *x509.Certificate
-		eventually(t, 3*time.Minute, func() error {
-			leaf, ca = op.certs(t, ctx)
-			switch {
-			case leaf.SerialNumber.Cmp(leaf0.SerialNumber) == 0:
-				return fmt.Errorf("server certificate %s (until %s) not renewed yet", leaf0.SerialNumber, leaf0.NotAfter.Format(time.TimeOnly))
-			case ca.SerialNumber.Cmp(ca0.SerialNumber) == 0:
-				return fmt.Errorf("CA %s (until %s) not renewed yet", ca0.SerialNumber, ca0.NotAfter.Format(time.TimeOnly))
-			case leaf.CheckSignatureFrom(ca) != nil:
-				return fmt.Errorf("the server certificate is not signed by the new CA yet")
-			}
-			return nil
-		})
-		t.Logf("renewed: server certificate %s (until %s) -> %s (until %s); CA %s -> %s", leaf0.SerialNumber, leaf0.NotAfter.Format(time.TimeOnly),
-			leaf.SerialNumber, leaf.NotAfter.Format(time.TimeOnly), ca0.SerialNumber, ca.SerialNumber)
-		// Every replica serves the new certificate (hot reload, no restart), and every webhook
-		// trusts the new CA.
-		eventually(t, 30*time.Second, func() error {
-			pods, err := serverPods(ctx, op.cs, controllerNS, psObject)
-			if err != nil {
-				return err
-			}
-			for _, p := range pods {
-				got, err := servedCert(p.Status.PodIP, containerPort(&p, "policy-server"), psObject+"."+controllerNS+".svc")
-				if err != nil {
-					return err
-				}
-				if got.CheckSignatureFrom(ca) != nil {
-					return fmt.Errorf("%s serves serial %s, not signed by the new CA", p.Name, got.SerialNumber)
-				}
-			}
-			vw, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			for _, w := range vw.Items {
-				for _, wh := range w.Webhooks {
-					if !bytes.Contains(wh.ClientConfig.CABundle, bytes.TrimSpace(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))) {
-						return fmt.Errorf("webhook %s does not trust the new CA", wh.Name)
-					}
-				}
-			}
-			return nil
-		})
-		time.Sleep(3 * time.Second)
-		l.stop()
-		failed.Add(l.failed.Load())
-		t.Logf("during the rotation: %d requests, %d failed", l.total.Load(), l.failed.Load())
-		if n := l.failed.Load(); n != 0 {
-			t.Errorf("%d failed requests during the rotation; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+// TestOperatorCertificateRotation: the server certificate and the CA renewed under load, every
+// replica serving the new certificate (read from the pod's IP) and every webhook trusting the new
+// CA; no failed request, no restart.
+func TestOperatorCertificateRotation(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.loadPolicy(t, ctx, "k0")
+	leaf0, ca0 := op.certs(t, ctx)
+	l := startLoad(ctx, op.cs, "e2e-load", 2, 50000, 5*time.Minute)
+	defer l.stop()
+	// The server certificate is renewed every 30 s (--cert-validity=2m, --cert-renew-before=90s)
+	// and the CA 90 s after the controller made it (--ca-validity=3m): wait for a server
+	// certificate signed by a new CA.
+	var leaf, ca *x509.Certificate
+	eventually(t, 3*time.Minute, func() error {
+		leaf, ca = op.certs(t, ctx)
+		switch {
+		case leaf.SerialNumber.Cmp(leaf0.SerialNumber) == 0:
+			return fmt.Errorf("server certificate %s (until %s) not renewed yet", leaf0.SerialNumber, leaf0.NotAfter.Format(time.TimeOnly))
+		case ca.SerialNumber.Cmp(ca0.SerialNumber) == 0:
+			return fmt.Errorf("CA %s (until %s) not renewed yet", ca0.SerialNumber, ca0.NotAfter.Format(time.TimeOnly))
+		case leaf.CheckSignatureFrom(ca) != nil:
+			return fmt.Errorf("the server certificate is not signed by the new CA yet")
 		}
-		if l.total.Load() == 0 {
-			t.Error("no request was made")
-		}
-		if restarts, why, err := tollgateRestarts(ctx, op.cs, controllerNS); err != nil || restarts != 0 {
-			t.Errorf("restarts during the rotation: %d: %s (%v)", restarts, why, err)
-		}
+		return nil
 	})
-
-	t.Run("a policy-server container killed: the other replica answers, the killed one comes back Ready", func(t *testing.T) {
-		pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, 2, time.Minute)
+	t.Logf("renewed: server certificate %s (until %s) -> %s (until %s); CA %s -> %s", leaf0.SerialNumber, leaf0.NotAfter.Format(time.TimeOnly),
+		leaf.SerialNumber, leaf.NotAfter.Format(time.TimeOnly), ca0.SerialNumber, ca.SerialNumber)
+	// Every replica serves the new certificate (hot reload, no restart), and every webhook
+	// trusts the new CA.
+	eventually(t, 30*time.Second, func() error {
+		pods, err := serverPods(ctx, op.cs, controllerNS, psObject)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		victim := pods[0]
-		procs := podProcesses(string(victim.UID))
-		if len(procs) != 1 {
-			t.Fatalf("pod %s: want its one server process, found %v", victim.Name, procs)
-		}
-		l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 2*time.Minute)
-		defer l.stop()
-		time.Sleep(2 * time.Second)
-		before := l.total.Load() - l.failed.Load()
-		killed := time.Now()
-		if err := syscall.Kill(procs[0], syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		// The other replica keeps answering while the kubelet restarts the killed container.
-		time.Sleep(3 * time.Second)
-		if during := l.total.Load() - l.failed.Load() - before; during == 0 {
-			t.Errorf("no request succeeded in the 3 s after the kill")
-		}
-		eventually(t, 90*time.Second, func() error {
-			p, err := op.cs.CoreV1().Pods(controllerNS).Get(ctx, victim.Name, metav1.GetOptions{})
+		for _, p := range pods {
+			got, err := servedCert(p.Status.PodIP, containerPort(&p, "policy-server"), psObject+"."+controllerNS+".svc")
 			if err != nil {
 				return err
 			}
-			if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 1 || !podReady(p) {
-				return fmt.Errorf("killed pod %s not back yet%s", victim.Name, podsStateOf(ctx, op.cs, controllerNS, psObject))
+			if got.CheckSignatureFrom(ca) != nil {
+				return fmt.Errorf("%s serves serial %s, not signed by the new CA", p.Name, got.SerialNumber)
 			}
-			return nil
-		})
-		back := time.Since(killed)
-		failedAtKill := l.failed.Load()
-		// Once it is back, both replicas serve again without a failure.
-		time.Sleep(3 * time.Second)
-		l.stop()
-		killFailed.Add(failedAtKill)
-		failed.Add(l.failed.Load() - failedAtKill)
-		line := fmt.Sprintf("e2e: container kill: back Ready after %v; %d requests, %d failed around the kill, %d failed after it was back",
-			back.Round(time.Millisecond), l.total.Load(), failedAtKill, l.failed.Load()-failedAtKill)
-		t.Log(line)
-		fmt.Println(line)
-		if n := l.failed.Load() - failedAtKill; n != 0 {
-			t.Errorf("%d failed requests after the killed replica was back; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
 		}
-		killedPod = victim.Name
+		vw, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, w := range vw.Items {
+			for _, wh := range w.Webhooks {
+				if !bytes.Contains(wh.ClientConfig.CABundle, bytes.TrimSpace(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}))) {
+					return fmt.Errorf("webhook %s does not trust the new CA", wh.Name)
+				}
+			}
+		}
+		return nil
 	})
+	time.Sleep(3 * time.Second)
+	l.stop()
+	t.Logf("during the rotation: %d requests, %d failed", l.total.Load(), l.failed.Load())
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d failed requests during the rotation; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+	}
+	if l.total.Load() == 0 {
+		t.Error("no request was made")
+	}
+	if restarts, why, err := tollgateRestarts(ctx, op.cs, controllerNS); err != nil || restarts != 0 {
+		t.Errorf("restarts during the rotation: %d: %s (%v)", restarts, why, err)
+	}
+}
 
-	t.Run("scaled 1 -> 3 -> 1 and its image changed under load: rolling updates with its PodDisruptionBudget, no failed request", func(t *testing.T) {
-		if _, err := op.cs.PolicyV1().PodDisruptionBudgets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); err != nil {
-			t.Fatalf("the PolicyServer's PodDisruptionBudget (minAvailable: 1): %v", err)
+// TestOperatorContainerKill: a policy server's container killed with SIGKILL under load: the other
+// replica answers, the kubelet restarts the container, it is Ready again, and no request fails once
+// it is back. The killed pod is deleted afterwards (its replacement has no restart), so that the
+// tests after it start from replicas that never restarted.
+func TestOperatorContainerKill(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	pods := op.policyServer(t, ctx)
+	op.loadPolicy(t, ctx, "k0")
+	victim := pods[0]
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := op.cs.CoreV1().Pods(controllerNS).Delete(cctx, victim.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting the killed pod %s: %v", victim.Name, err)
+			return
 		}
-		image2 := cluster.RegistryHost + "/tollgate:" + e2eImageTag + "-2"
-		if _, err := cluster.PushLayout(ctx, os.Getenv("TOLLGATE_IMAGE_LAYOUT"), image2); err != nil {
-			t.Fatal(err)
-		}
-		l := startLoad(ctx, op.cs, "e2e-load", 2, 50000, 5*time.Minute)
-		defer l.stop()
-		for _, step := range []struct {
-			patch string
-			n     int
-		}{
-			{`{"replicas": 1}`, 1},
-			{`{"replicas": 3}`, 3},
-			{`{"replicas": 1}`, 1},
-			{`{"image": "` + image2 + `"}`, 1},
-		} {
-			begin := time.Now()
-			op.patchSpec(t, ctx, "PolicyServer", "", psName, step.patch)
-			// The controller writes the Deployment first: until then the old rollout looks done.
-			eventually(t, time.Minute, func() error {
-				d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				if *d.Spec.Replicas != int32(step.n) || (strings.Contains(step.patch, "image") && d.Spec.Template.Spec.Containers[0].Image != image2) {
-					return fmt.Errorf("the Deployment does not have %s yet", step.patch)
-				}
-				return nil
-			})
-			pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, step.n, 3*time.Minute)
-			if err != nil {
-				t.Fatalf("after %s: %v", step.patch, err)
-			}
-			t.Logf("%s: %d replica(s) Ready after %v", step.patch, step.n, time.Since(begin).Round(time.Millisecond))
-			if strings.Contains(step.patch, "image") && pods[0].Spec.Containers[0].Image != image2 {
-				t.Errorf("pod %s runs %s, want %s", pods[0].Name, pods[0].Spec.Containers[0].Image, image2)
-			}
-			time.Sleep(2 * time.Second) // requests against the new set of replicas
-		}
-		l.stop()
-		failed.Add(l.failed.Load())
-		line := fmt.Sprintf("e2e: scale 2->1->3->1 and image rollout: %d requests, %d failed", l.total.Load(), l.failed.Load())
-		t.Log(line)
-		fmt.Println(line)
-		if n := l.failed.Load(); n != 0 {
-			t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+		if _, err := waitServerPods(cctx, op.cs, controllerNS, psObject, 2, 2*time.Minute); err != nil {
+			t.Errorf("after deleting the killed pod %s: %v", victim.Name, err)
 		}
 	})
-
-	t.Run("the controller pod deleted and recreated: no write to an unchanged object", func(t *testing.T) {
-		old, err := serverPods(ctx, op.cs, controllerNS, controllerName)
-		if err != nil || len(old) != 1 {
-			t.Fatalf("controller pods %v (%v)", old, err)
+	procs := podProcesses(string(victim.UID))
+	if len(procs) != 1 {
+		t.Fatalf("pod %s: want its one server process, found %v", victim.Name, procs)
+	}
+	l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 2*time.Minute)
+	defer l.stop()
+	time.Sleep(2 * time.Second)
+	before := l.total.Load() - l.failed.Load()
+	killed := time.Now()
+	if err := syscall.Kill(procs[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The other replica keeps answering while the kubelet restarts the killed container.
+	time.Sleep(3 * time.Second)
+	if during := l.total.Load() - l.failed.Load() - before; during == 0 {
+		t.Errorf("no request succeeded in the 3 s after the kill")
+	}
+	eventually(t, 90*time.Second, func() error {
+		p, err := op.cs.CoreV1().Pods(controllerNS).Get(ctx, victim.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-		// The rollout of the previous step settles first, and the old controller reports it in the
-		// policies' status: a status that changes after the restart because the world did (a
-		// replica terminated meanwhile) is not a write to an unchanged object.
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].RestartCount != 1 || !podReady(p) {
+			return fmt.Errorf("killed pod %s not back yet%s", victim.Name, podsStateOf(ctx, op.cs, controllerNS, psObject))
+		}
+		return nil
+	})
+	back := time.Since(killed)
+	failedAtKill := l.failed.Load()
+	// Once it is back, both replicas serve again without a failure.
+	time.Sleep(3 * time.Second)
+	l.stop()
+	line := fmt.Sprintf("e2e: container kill: back Ready after %v; %d requests, %d failed around the kill, %d failed after it was back",
+		back.Round(time.Millisecond), l.total.Load(), failedAtKill, l.failed.Load()-failedAtKill)
+	t.Log(line)
+	fmt.Println(line)
+	if n := l.failed.Load() - failedAtKill; n != 0 {
+		t.Errorf("%d failed requests after the killed replica was back; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+	}
+}
+
+// TestOperatorScaleAndImage: the PolicyServer scaled 2 -> 1 -> 3 -> 1, then its image changed (a
+// rolling update; its PodDisruptionBudget exists), under load: no failed request.
+func TestOperatorScaleAndImage(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.loadPolicy(t, ctx, "k0")
+	if _, err := op.cs.PolicyV1().PodDisruptionBudgets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the PolicyServer's PodDisruptionBudget (minAvailable: 1): %v", err)
+	}
+	image2 := cluster.RegistryHost + "/tollgate:" + e2eImageTag + "-2"
+	if _, err := cluster.PushLayout(ctx, os.Getenv("TOLLGATE_IMAGE_LAYOUT"), image2); err != nil {
+		t.Fatal(err)
+	}
+	l := startLoad(ctx, op.cs, "e2e-load", 2, 50000, 5*time.Minute)
+	defer l.stop()
+	for _, step := range []struct {
+		patch string
+		n     int
+	}{
+		{`{"replicas": 1}`, 1},
+		{`{"replicas": 3}`, 3},
+		{`{"replicas": 1}`, 1},
+		{`{"image": "` + image2 + `"}`, 1},
+	} {
+		begin := time.Now()
+		op.patchSpec(t, ctx, "PolicyServer", "", psName, step.patch)
+		// The controller writes the Deployment first: until then the old rollout looks done.
 		eventually(t, time.Minute, func() error {
 			d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			st := d.Status
-			if st.Replicas != *d.Spec.Replicas || st.UpdatedReplicas != st.Replicas || st.ReadyReplicas != st.Replicas ||
-				(st.TerminatingReplicas != nil && *st.TerminatingReplicas != 0) {
-				return fmt.Errorf("Deployment %s not settled: %+v", psObject, st)
-			}
-			served := fmt.Sprintf("served by %d replica(s) of PolicyServer %q", st.ReadyReplicas, psName)
-			for _, kind := range fleetPolicyKinds {
-				l, err := op.dyn.Resource(policyGVR[kind]).List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return err
-				}
-				for i := range l.Items {
-					msgs := conditionMessages(&l.Items[i])
-					if strings.Contains(msgs, fmt.Sprintf("replica(s) of PolicyServer %q", psName)) && !strings.Contains(msgs, served) {
-						return fmt.Errorf("%s %s: %s, want %q", kind, l.Items[i].GetName(), msgs, served)
-					}
-				}
+			if *d.Spec.Replicas != int32(step.n) || (strings.Contains(step.patch, "image") && d.Spec.Template.Spec.Containers[0].Image != image2) {
+				return fmt.Errorf("the Deployment does not have %s yet", step.patch)
 			}
 			return nil
 		})
-		before, err := snapshot(ctx, op.dyn, controllerNS)
+		pods, err := waitServerPods(ctx, op.cs, controllerNS, psObject, step.n, 3*time.Minute)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("after %s: %v", step.patch, err)
 		}
-		if err := op.cs.CoreV1().Pods(controllerNS).Delete(ctx, old[0].Name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
+		t.Logf("%s: %d replica(s) Ready after %v", step.patch, step.n, time.Since(begin).Round(time.Millisecond))
+		if strings.Contains(step.patch, "image") && pods[0].Spec.Containers[0].Image != image2 {
+			t.Errorf("pod %s runs %s, want %s", pods[0].Name, pods[0].Spec.Containers[0].Image, image2)
 		}
-		begin := time.Now()
-		var pods []corev1.Pod
-		eventually(t, 2*time.Minute, func() error {
-			pods, err = waitServerPods(ctx, op.cs, controllerNS, controllerName, 1, time.Second)
-			if err == nil && pods[0].Name == old[0].Name {
-				return fmt.Errorf("the old controller pod is still there")
-			}
-			return err
-		})
-		t.Logf("new controller pod %s Ready %v after the old one was deleted", pods[0].Name, time.Since(begin).Round(time.Millisecond))
-		// It becomes the leader (the Lease names it) and finishes its first pass over every object
-		// (each controller has reconciled, its queue is empty and no worker is busy), and writes
-		// nothing; then it still works. Counting the writes of a controller that does not hold the
-		// Lease yet would count nothing and pass.
-		metricsAddr := net.JoinHostPort(pods[0].Status.PodIP, "8088")
-		leader, err := waitLeader(ctx, op.cs, pods[0].Name, 2*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("new controller pod %s holds the Lease %s/%s (%s) %v after the old one was deleted", pods[0].Name, controllerNS, leaseName, leader, time.Since(begin).Round(time.Millisecond))
-		pass, err := op.waitFirstPass(ctx, metricsAddr, 2*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("new controller's first pass done %v after the old one was deleted: %s", time.Since(begin).Round(time.Millisecond), pass)
-		after, err := snapshot(ctx, op.dyn, controllerNS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Only the controller's own writes count (field managers "tollgate", its Updates, and
-		// "tollgate-controller", its server-side applies): kube-controller-manager keeps writing
-		// the Deployments' and PDBs' status, and certificates are renewed on their schedule
-		// (--cert-renew-before=90s of a 2m certificate: every 30 s; of a 3m CA: 90 s after it was
-		// made, and then every webhook's caBundle follows).
-		checked := time.Now()
-		due := func(key, field string) bool {
-			o := before[key]
-			if o == nil {
-				return false
-			}
-			crt, _, _ := unstructured.NestedString(o.Object, "data", field)
-			der, err := base64.StdEncoding.DecodeString(crt)
-			return err == nil && parseCert(t, der).NotAfter.Add(-90*time.Second).Before(checked)
-		}
-		secret := "secrets " + controllerNS + "/" + psObject + ":"
-		caKey := "secrets " + controllerNS + "/" + caSecret
-		caDue := due(caKey, "ca.crt")
-		certDue := caDue || due("secrets "+controllerNS+"/"+psObject, "tls.crt")
-		onlyCABundle := func(c string) bool {
-			_, paths, ok := strings.Cut(c, "; changed: ")
-			if !ok || !strings.Contains(c, "webhookconfigurations ") {
-				return false
-			}
-			for _, p := range strings.Split(paths, ", ") {
-				if !strings.HasPrefix(p, ".metadata.generation ") && !strings.HasSuffix(p, ".clientConfig.caBundle") {
-					return false
-				}
-			}
-			return true
-		}
-		var changed []string
-		for _, c := range diffSnapshots(before, after) {
-			ours := strings.Contains(c, "last writer tollgate ") || strings.Contains(c, "last writer tollgate-controller ")
-			renewal := (certDue && strings.HasPrefix(c, secret)) || (caDue && (strings.HasPrefix(c, caKey+":") || onlyCABundle(c)))
-			if !ours || renewal {
-				t.Logf("not the controller's restart: %s", c)
-				continue
-			}
-			changed = append(changed, c)
-		}
-		if len(changed) > 0 {
-			t.Errorf("the new controller changed %d unchanged objects:\n%s", len(changed), strings.Join(changed, "\n"))
-		}
-		if m, err := scrapeMetrics(metricsAddr); err != nil {
-			t.Errorf("controller metrics: %v", err)
-		} else {
-			n, by := nonGETRequests(m)
-			t.Logf("the new controller's writes: %.0f non-GET requests [%s] (the leader election Lease is one of them)", n, by)
-		}
-		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["after-restart"]}}`)
-		eventually(t, 30*time.Second, func() error {
-			err := createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
-			if err == nil || !strings.Contains(err.Error(), `"after-restart"`) {
-				return fmt.Errorf("an edit after the controller's restart: want a denial naming after-restart, got %v", err)
-			}
-			return nil
-		})
-	})
-
-	t.Run("no tollgate container restarted", func(t *testing.T) {
-		n, why, err := tollgateRestarts(ctx, op.cs, controllerNS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		line := fmt.Sprintf("e2e: tollgate container restarts: %d (the container killed on purpose, %s, was replaced by the rollout)", n, killedPod)
-		fmt.Println(line)
-		if n != 0 {
-			t.Errorf("%d restarts: %s", n, why)
-		}
-	})
-
-	t.Run("deleting a policy removes its webhook", func(t *testing.T) {
-		if _, _, err := env.cluster.Kubectl(ctx, "delete", "clusteradmissionpolicy", "capabilities-drop", "--timeout=60s"); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 30*time.Second, func() error {
-			if _, err := op.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterwide-capabilities-drop", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("mutating webhook configuration still there (get: %v)", err)
-			}
-			return nil
-		})
-		name, err := createPodNamed(ctx, op.cs, "e2e-a", map[string]string{"owner": "me"}, []corev1.Capability{"NET_ADMIN"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := op.cs.CoreV1().Pods("e2e-a").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sc := p.Spec.Containers[0].SecurityContext; sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "BPF") {
-			t.Errorf("a deleted mutating policy still mutates")
-		}
-	})
-
-	t.Run("deleting the PolicyServer removes its webhooks and objects", func(t *testing.T) {
-		d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		podSel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := env.cluster.Kubectl(ctx, "delete", "policyserver", psName, "--wait=false"); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, 90*time.Second, func() error {
-			if _, err := op.dyn.Resource(policyGVR["PolicyServer"]).Get(ctx, psName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("PolicyServer still there (get: %v)", err)
-			}
-			var left []string
-			if _, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, "deployment")
-			}
-			if _, err := op.cs.CoreV1().Services(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, "service")
-			}
-			if _, err := op.cs.CoreV1().ConfigMaps(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, "configmap")
-			}
-			if _, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				left = append(left, "secret")
-			}
-			vw, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			for _, w := range vw.Items {
-				left = append(left, "validatingwebhookconfiguration/"+w.Name)
-			}
-			mw, err := op.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			for _, w := range mw.Items {
-				left = append(left, "mutatingwebhookconfiguration/"+w.Name)
-			}
-			if len(left) > 0 {
-				return fmt.Errorf("left: %v", left)
-			}
-			return nil
-		})
-		if err := waitPodsGone(ctx, op.cs, controllerNS, podSel, time.Minute); err != nil {
-			t.Error(err)
-		}
-		sl, err := op.cs.DiscoveryV1().EndpointSlices(controllerNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + psObject})
-		if err != nil || len(sl.Items) != 0 {
-			t.Errorf("endpoint slices left: %v (%v)", sl, err)
-		}
-		// The policies stay, without a server.
-		obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", "required-labels")
-		if st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus"); st == "active" {
-			t.Errorf("required-labels is still active without its PolicyServer")
-		}
-		if err := createPod(ctx, op.cs, "e2e-a", nil, nil); err != nil {
-			t.Errorf("a Pod without owner after the server is gone: %v", err)
-		}
-	})
-
-	if len(latencies) > 0 {
-		t.Logf("summary: apply-to-enforce p50=%v max=%v edits=%d; failed requests over every scenario under load: %d, and %d around the container kill (allowed)",
-			percentile(latencies, 50).Round(time.Millisecond), percentile(latencies, 100).Round(time.Millisecond), len(latencies), failed.Load(), killFailed.Load())
+		time.Sleep(2 * time.Second) // requests against the new set of replicas
+	}
+	l.stop()
+	line := fmt.Sprintf("e2e: scale 2->1->3->1 and image rollout: %d requests, %d failed", l.total.Load(), l.failed.Load())
+	t.Log(line)
+	fmt.Println(line)
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
 	}
 }
 
-// startOperator installs charts/tollgate with helm as a user does (the controller's image from
-// the cluster's registry, short certificate lifetimes so that rotations happen during the test)
-// and waits for the controller pod to be Ready; the test's cleanup uninstalls it (after the
-// test's own cleanups, which delete its policies and PolicyServers while the controller still
-// honours their finalizers), printing the controller's log when the test failed.
-func startOperator(t *testing.T, ctx context.Context, helmArgs ...string) *operator {
-	t.Helper()
-	c := env.cluster
-	op := &operator{cs: c.Client, requiredWasm: policyRef(t, "required-labels"), capsWasm: policyRef(t, "capabilities-drop")}
-	var err error
-	if op.dyn, err = dynamic.NewForConfig(c.Config); err != nil {
+// TestOperatorControllerRestart: the controller pod deleted and recreated: the new pod becomes the
+// leader, finishes its first pass and writes no object that did not change; then it takes an edit.
+func TestOperatorControllerRestart(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.loadPolicy(t, ctx, "k0")
+	old, err := serverPods(ctx, op.cs, controllerNS, controllerName)
+	if err != nil || len(old) != 1 {
+		t.Fatalf("controller pods %v (%v)", old, err)
+	}
+	// The PolicyServer's rollout settles first, and the old controller reports it in the
+	// policies' status: a status that changes after the restart because the world did (a
+	// replica terminated meanwhile) is not a write to an unchanged object.
+	eventually(t, time.Minute, func() error {
+		d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		st := d.Status
+		if st.Replicas != *d.Spec.Replicas || st.UpdatedReplicas != st.Replicas || st.ReadyReplicas != st.Replicas ||
+			(st.TerminatingReplicas != nil && *st.TerminatingReplicas != 0) {
+			return fmt.Errorf("Deployment %s not settled: %+v", psObject, st)
+		}
+		served := fmt.Sprintf("served by %d replica(s) of PolicyServer %q", st.ReadyReplicas, psName)
+		for _, kind := range fleetPolicyKinds {
+			l, err := op.dyn.Resource(policyGVR[kind]).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for i := range l.Items {
+				msgs := conditionMessages(&l.Items[i])
+				if strings.Contains(msgs, fmt.Sprintf("replica(s) of PolicyServer %q", psName)) && !strings.Contains(msgs, served) {
+					return fmt.Errorf("%s %s: %s, want %q", kind, l.Items[i].GetName(), msgs, served)
+				}
+			}
+		}
+		return nil
+	})
+	before, err := snapshot(ctx, op.dyn, controllerNS)
+	if err != nil {
 		t.Fatal(err)
 	}
-	extra, _ := json.Marshal([]string{
-		"--status-poll-interval=200ms",
-		// Short certificates: a server certificate is renewed every 30 s, the CA 90 s after it
-		// was made, so the test sees both rotations.
-		"--cert-validity=2m", "--cert-renew-before=90s", "--cert-check-interval=5s", "--ca-propagation-delay=5s",
-		"--ca-validity=3m",
-	})
+	if err := op.cs.CoreV1().Pods(controllerNS).Delete(ctx, old[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	begin := time.Now()
-	args := append([]string{"install", release, filepath.Join(env.root, "charts", "tollgate"),
-		"--namespace", controllerNS, "--create-namespace", "--wait", "--timeout", "3m",
-		"--set", "image.repository=" + strings.TrimSuffix(env.image, ":"+e2eImageTag), "--set", "image.tag=" + e2eImageTag,
-		"--set", "policyServer.enabled=false", "--set", "caSecret=" + caSecret, "--set-json", "extraArgs=" + string(extra)}, helmArgs...)
-	out, err := helm(ctx, args...)
-	if err != nil {
-		t.Fatalf("helm install: %v\n%s%s", err, out, podsStateOf(ctx, op.cs, controllerNS, controllerName))
-	}
-	t.Logf("helm install: controller Ready %v after the install began", time.Since(begin).Round(time.Millisecond))
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer ccancel()
-		if t.Failed() {
-			logs, _, _ := env.cluster.Kubectl(cctx, "logs", "-n", controllerNS, "deploy/"+controllerName, "--tail=60")
-			t.Logf("--- controller log (last 60 lines) ---\n%s", logs)
+	var pods []corev1.Pod
+	eventually(t, 2*time.Minute, func() error {
+		pods, err = waitServerPods(ctx, op.cs, controllerNS, controllerName, 1, time.Second)
+		if err == nil && pods[0].Name == old[0].Name {
+			return fmt.Errorf("the old controller pod is still there")
 		}
-		if out, err := helm(cctx, "uninstall", release, "--namespace", controllerNS, "--wait", "--timeout", "90s"); err != nil {
-			t.Errorf("helm uninstall: %v\n%s", err, out)
-		}
+		return err
 	})
-	pods, err := serverPods(ctx, op.cs, controllerNS, controllerName)
-	if err != nil || len(pods) != 1 {
-		t.Fatalf("controller pods: %v (%v)", pods, err)
+	t.Logf("new controller pod %s Ready %v after the old one was deleted", pods[0].Name, time.Since(begin).Round(time.Millisecond))
+	// It becomes the leader (the Lease names it) and finishes its first pass over every object
+	// (each controller has reconciled, its queue is empty and no worker is busy), and writes
+	// nothing; then it still works. Counting the writes of a controller that does not hold the
+	// Lease yet would count nothing and pass.
+	metricsAddr := net.JoinHostPort(pods[0].Status.PodIP, "8088")
+	leader, err := waitLeader(ctx, op.cs, pods[0].Name, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if pods[0].Spec.Containers[0].Image != env.image || pods[0].Spec.ServiceAccountName != controllerName {
-		t.Errorf("controller pod runs %s as %s, want %s as %s", pods[0].Spec.Containers[0].Image, pods[0].Spec.ServiceAccountName, env.image, controllerName)
+	t.Logf("new controller pod %s holds the Lease %s/%s (%s) %v after the old one was deleted", pods[0].Name, controllerNS, leaseName, leader, time.Since(begin).Round(time.Millisecond))
+	pass, err := op.waitFirstPass(ctx, metricsAddr, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return op
+	t.Logf("new controller's first pass done %v after the old one was deleted: %s", time.Since(begin).Round(time.Millisecond), pass)
+	after, err := snapshot(ctx, op.dyn, controllerNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the controller's own writes count (field managers "tollgate", its Updates, and
+	// "tollgate-controller", its server-side applies): kube-controller-manager keeps writing
+	// the Deployments' and PDBs' status, and certificates are renewed on their schedule
+	// (--cert-renew-before=90s of a 2m certificate: every 30 s; of a 3m CA: 90 s after it was
+	// made, and then every webhook's caBundle follows).
+	checked := time.Now()
+	due := func(key, field string) bool {
+		o := before[key]
+		if o == nil {
+			return false
+		}
+		crt, _, _ := unstructured.NestedString(o.Object, "data", field)
+		der, err := base64.StdEncoding.DecodeString(crt)
+		return err == nil && parseCert(t, der).NotAfter.Add(-90*time.Second).Before(checked)
+	}
+	secret := "secrets " + controllerNS + "/" + psObject + ":"
+	caKey := "secrets " + controllerNS + "/" + caSecret
+	caDue := due(caKey, "ca.crt")
+	certDue := caDue || due("secrets "+controllerNS+"/"+psObject, "tls.crt")
+	onlyCABundle := func(c string) bool {
+		_, paths, ok := strings.Cut(c, "; changed: ")
+		if !ok || !strings.Contains(c, "webhookconfigurations ") {
+			return false
+		}
+		for _, p := range strings.Split(paths, ", ") {
+			if !strings.HasPrefix(p, ".metadata.generation ") && !strings.HasSuffix(p, ".clientConfig.caBundle") {
+				return false
+			}
+		}
+		return true
+	}
+	var changed []string
+	for _, c := range diffSnapshots(before, after) {
+		ours := strings.Contains(c, "last writer tollgate ") || strings.Contains(c, "last writer tollgate-controller ")
+		renewal := (certDue && strings.HasPrefix(c, secret)) || (caDue && (strings.HasPrefix(c, caKey+":") || onlyCABundle(c)))
+		if !ours || renewal {
+			t.Logf("not the controller's restart: %s", c)
+			continue
+		}
+		changed = append(changed, c)
+	}
+	if len(changed) > 0 {
+		t.Errorf("the new controller changed %d unchanged objects:\n%s", len(changed), strings.Join(changed, "\n"))
+	}
+	if m, err := scrapeMetrics(metricsAddr); err != nil {
+		t.Errorf("controller metrics: %v", err)
+	} else {
+		n, by := nonGETRequests(m)
+		t.Logf("the new controller's writes: %.0f non-GET requests [%s] (the leader election Lease is one of them)", n, by)
+	}
+	op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["after-restart"]}}`)
+	eventually(t, 30*time.Second, func() error {
+		err := createConfigMap(ctx, op.cs, "e2e-load", loadLabels(""))
+		if err == nil || !strings.Contains(err.Error(), `"after-restart"`) {
+			return fmt.Errorf("an edit after the controller's restart: want a denial naming after-restart, got %v", err)
+		}
+		return nil
+	})
+}
+
+// TestOperatorNoRestarts: no tollgate container restarted (restartCount 0 for every container of
+// the namespace) over the TestOperator* tests before it; the container killed on purpose was
+// replaced by TestOperatorContainerKill.
+func TestOperatorNoRestarts(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	n, why, err := tollgateRestarts(ctx, op.cs, controllerNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf("e2e: tollgate container restarts: %d (the container killed on purpose was replaced)", n)
+	fmt.Println(line)
+	if n != 0 {
+		t.Errorf("%d restarts: %s", n, why)
+	}
+}
+
+// TestOperatorPolicyDeletion: deleting a mutating policy removes its webhook, and Pods are no longer
+// mutated.
+func TestOperatorPolicyDeletion(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.capabilitiesDrop(t, ctx) // it mutates: its deletion below means something
+	if _, _, err := env.cluster.Kubectl(ctx, "delete", "clusteradmissionpolicy", "capabilities-drop", "--timeout=60s"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if _, err := op.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "clusterwide-capabilities-drop", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("mutating webhook configuration still there (get: %v)", err)
+		}
+		return nil
+	})
+	name, err := createPodNamed(ctx, op.cs, "e2e-a", map[string]string{"owner": "me"}, []corev1.Capability{"NET_ADMIN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := op.cs.CoreV1().Pods("e2e-a").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := p.Spec.Containers[0].SecurityContext; sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "BPF") {
+		t.Errorf("a deleted mutating policy still mutates")
+	}
+}
+
+// TestOperatorPolicyServerDeletion: deleting the PolicyServer removes its webhooks and objects (the
+// garbage collector its pods and endpoint slices); the policies stay, without a server.
+func TestOperatorPolicyServerDeletion(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	op.policyServer(t, ctx)
+	op.requiredLabels(t, ctx) // active, refusing: that it stops below means something
+	d, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podSel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := env.cluster.Kubectl(ctx, "delete", "policyserver", psName, "--wait=false"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, func() error {
+		if _, err := op.dyn.Resource(policyGVR["PolicyServer"]).Get(ctx, psName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("PolicyServer still there (get: %v)", err)
+		}
+		var left []string
+		if _, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "deployment")
+		}
+		if _, err := op.cs.CoreV1().Services(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "service")
+		}
+		if _, err := op.cs.CoreV1().ConfigMaps(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "configmap")
+		}
+		if _, err := op.cs.CoreV1().Secrets(controllerNS).Get(ctx, psObject, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "secret")
+		}
+		vw, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, w := range vw.Items {
+			left = append(left, "validatingwebhookconfiguration/"+w.Name)
+		}
+		mw, err := op.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, w := range mw.Items {
+			left = append(left, "mutatingwebhookconfiguration/"+w.Name)
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("left: %v", left)
+		}
+		return nil
+	})
+	if err := waitPodsGone(ctx, op.cs, controllerNS, podSel, time.Minute); err != nil {
+		t.Error(err)
+	}
+	sl, err := op.cs.DiscoveryV1().EndpointSlices(controllerNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + psObject})
+	if err != nil || len(sl.Items) != 0 {
+		t.Errorf("endpoint slices left: %v (%v)", sl, err)
+	}
+	// The policies stay, without a server.
+	obj := op.get(t, ctx, "ClusterAdmissionPolicy", "", "required-labels")
+	if st, _, _ := unstructured.NestedString(obj.Object, "status", "policyStatus"); st == "active" {
+		t.Errorf("required-labels is still active without its PolicyServer")
+	}
+	if err := createPod(ctx, op.cs, "e2e-a", nil, nil); err != nil {
+		t.Errorf("a Pod without owner after the server is gone: %v", err)
+	}
+}
+
+// TestOperatorUninstall removes the operator the TestOperator* tests share as a user does (the last
+// of them; see operatorFixture): the objects they made are deleted while the controller runs (their
+// finalizers honoured within a minute), then helm uninstall leaves no controller and no webhook
+// calling its namespace.
+func TestOperatorUninstall(t *testing.T) {
+	op := operatorFixture(t)
+	ctx := operatorContext(t)
+	if err := releaseSharedOperator(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.cs.AppsV1().Deployments(controllerNS).Get(ctx, controllerName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the controller's Deployment is still there (get: %v)", err)
+	}
+	for _, o := range operatorObjects {
+		parts := strings.Split(o, "/")
+		var ri dynamic.ResourceInterface = op.dyn.Resource(policyGVR[parts[0]])
+		if len(parts) == 3 {
+			ri = op.dyn.Resource(policyGVR[parts[0]]).Namespace(parts[1])
+		}
+		if _, err := ri.Get(ctx, parts[len(parts)-1], metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s is still there (get: %v)", o, err)
+		}
+	}
+	vw, err := op.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := op.cs.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, w := range vw.Items {
+		for _, wh := range w.Webhooks {
+			if svc := wh.ClientConfig.Service; svc != nil && svc.Namespace == controllerNS {
+				left = append(left, "validatingwebhookconfiguration/"+w.Name)
+			}
+		}
+	}
+	for _, w := range mw.Items {
+		for _, wh := range w.Webhooks {
+			if svc := wh.ClientConfig.Service; svc != nil && svc.Namespace == controllerNS {
+				left = append(left, "mutatingwebhookconfiguration/"+w.Name)
+			}
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("webhooks calling a service in %s left: %v", controllerNS, left)
+	}
 }
 
 // helm runs the helm client on the cluster.
@@ -910,9 +920,10 @@ func podProcesses(uid string) []int {
 	return out
 }
 
-// deleteAll deletes objects given as Kind/name or Kind/namespace/name and waits for them to go;
-// one still there after a minute is reported and its finalizers are removed.
-func (op *operator) deleteAll(t *testing.T, objs []string) {
+// deleteObjects deletes objects given as Kind/name or Kind/namespace/name and waits for them to
+// go; one still there after a minute is an error, and its finalizers are removed.
+func (op *operator) deleteObjects(objs []string) error {
+	var errs []error
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	type ref struct {
@@ -929,7 +940,7 @@ func (op *operator) deleteAll(t *testing.T, objs []string) {
 			ri = op.dyn.Resource(policyGVR[parts[0]]).Namespace(parts[1])
 		}
 		if err := ri.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("cleanup: delete %s: %v", o, err)
+			errs = append(errs, fmt.Errorf("cleanup: delete %s: %w", o, err))
 		}
 		refs = append(refs, ref{ri, o, name})
 	}
@@ -941,13 +952,14 @@ func (op *operator) deleteAll(t *testing.T, objs []string) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("cleanup: %s still there a minute after its deletion (get: %v); removing its finalizers", r.what, err)
+				errs = append(errs, fmt.Errorf("cleanup: %s still there a minute after its deletion (get: %v); removing its finalizers", r.what, err))
 				_, _ = r.ri.Patch(ctx, r.name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // certs returns the policy server's certificate and the CA (its Secret's ca.crt).
@@ -1247,8 +1259,12 @@ type controllerProc struct {
 }
 
 // startControllerProc starts env.bin with args, its command line and output written to the file
-// log.
+// log, first removing the operator the TestOperator* tests share.
 func startControllerProc(log string, args []string) (*controllerProc, error) {
+	// Two controllers must not share the cluster.
+	if err := releaseSharedOperator(); err != nil {
+		return nil, fmt.Errorf("removing the operator of the TestOperator tests first: %w", err)
+	}
 	logf, err := os.Create(log)
 	if err != nil {
 		return nil, err
