@@ -9,12 +9,15 @@ import (
 )
 
 // `tollgate serve` reads the OTEL_* variables: the demo's requests are traced
-// to a real OTLP/HTTP receiver, and the spans queued at exit are sent before
-// the process ends.
+// to a real OTLP/HTTP receiver, the spans queued at exit are sent before the
+// process ends, and with OTEL_METRICS_EXPORTER=otlp the /metrics instruments
+// are pushed too (the last values at exit).
 func TestServeTracesFromEnv(t *testing.T) {
 	rcv := otlptest.StartHTTP(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", rcv.Endpoint)
 	t.Setenv("OTEL_SERVICE_NAME", "tollgate-test")
+	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", rcv.Base+"/v1/metrics")
 	dir := t.TempDir()
 	cmd := newServeCmd()
 	var out, errOut lockedBuffer
@@ -31,6 +34,8 @@ func TestServeTracesFromEnv(t *testing.T) {
 			t.Fatalf("resource %v", s.Resource)
 		}
 	}
+	rcv.WaitForMetric(t, 10*time.Second, "tollgate_server_requests_total", map[string]any{"endpoint": "validate", "code": "200"},
+		func(v float64) bool { return v > 0 })
 }
 
 func countServer(spans []otlptest.Span) int {

@@ -129,6 +129,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	tel.PushMetrics(srv.Gatherer()) // with OTEL_METRICS_EXPORTER=otlp
 	if m.verification != nil {
 		go watchVerification(ctx, m.verification, o, srv)
 	}

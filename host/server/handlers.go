@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/group"
@@ -134,17 +132,17 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		queued = time.Now()
 	}
 	err = s.lim.acquire(ctx, id, s.opts.PolicyTimeout)
-	var span trace.Span // the policy's span, when traced
+	var span policySpan // when traced
 	if s.tracer != nil {
-		ctx, span = s.startPolicy(ctx, e, kind, queued)
+		ctx, span = s.startPolicy(ctx, e, queued)
 	}
 	if err != nil {
 		if errors.Is(err, errCoolingDown) { // the policy's failure answer, at once
 			d := s.errored(log, e, kind, in, err)
-			endPolicy(span, &d, "")
+			span.end(e, kind, &d, "")
 			return s.write(w, kind, http.StatusOK, d.resp)
 		}
-		endPolicy(span, nil, "overloaded")
+		span.end(e, kind, nil, "overloaded")
 		s.m.overloaded.Inc()
 		w.Header().Set("Retry-After", "1")
 		return httpError(w, http.StatusServiceUnavailable, "policy server overloaded: %v", err)
@@ -170,7 +168,7 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 		return d
 	}()
 	elapsed := time.Since(start)
-	endPolicy(span, &d, "")
+	span.end(e, kind, &d, "")
 
 	mode := string(e.cfg.Mode)
 	if kind == kindAudit {

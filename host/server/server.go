@@ -607,6 +607,10 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
+// Gatherer is the registry served on /metrics (host/telemetry pushes it over
+// OTLP when asked to).
+func (s *Server) Gatherer() prometheus.Gatherer { return s.m.reg }
+
 // Addr is the webhook's listening address (after Start).
 func (s *Server) Addr() string { return s.hookLn.Addr().String() }
 

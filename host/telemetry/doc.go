@@ -4,7 +4,8 @@
 // collector (gRPC or HTTP/protobuf), the W3C trace-context and baggage
 // propagator, the Prometheus counters of exported and dropped spans, and,
 // with OTEL_METRICS_EXPORTER=otlp, a periodic push of a Prometheus registry's
-// metrics over OTLP.
+// metrics over OTLP ([Telemetry.PushMetrics], through OpenTelemetry's
+// Prometheus bridge: the same instruments as /metrics).
 //
 // Telemetry is off unless configured: then [Telemetry.Tracer] is nil and the
 // instrumented packages (host/server, host/capabilities) skip every tracing

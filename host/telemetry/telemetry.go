@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk"
 	"go.opentelemetry.io/otel/sdk/resource"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -37,6 +41,9 @@ type Telemetry struct {
 	cfg      Config
 	log      *slog.Logger
 	shutdown []func(context.Context) error
+	// metricExp is the OTLP metric exporter until PushMetrics uses it
+	// (nil without OTEL_METRICS_EXPORTER=otlp).
+	metricExp sdkmetric.Exporter
 }
 
 // InstrumentationName names tollgate's tracer (the instrumentation scope).
@@ -72,6 +79,23 @@ func New(ctx context.Context, cfg Config, o Options) (*Telemetry, error) {
 		t.shutdown = append(t.shutdown, t.tp.Shutdown)
 		o.Logger.Info("exporting traces over OTLP", "protocol", cfg.TracesExport.Protocol, "endpoint", cfg.TracesExport.Endpoint,
 			"sampler", cfg.Sampler, "sampler_arg", cfg.SamplerArg, "queue", cfg.QueueSize, "service", cfg.ServiceName)
+	}
+	if cfg.Metrics {
+		exp, err := metricExporter(ctx, cfg.MetricsExport)
+		if err != nil {
+			t.Shutdown(ctx)
+			return nil, err
+		}
+		t.metricExp = exp
+		// the SDK reports a failed metric push to the global error handler
+		// (the trace batcher reports its own): to the log, once a minute
+		otel.SetErrorHandler(&errorLog{log: o.Logger})
+		t.shutdown = append(t.shutdown, func(ctx context.Context) error {
+			if t.metricExp != nil { // never pushed: only the exporter to close
+				return t.metricExp.Shutdown(ctx)
+			}
+			return nil
+		})
 	}
 	return t, nil
 }
@@ -178,6 +202,23 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	}
 	t.shutdown = nil
 	return errors.Join(errs...)
+}
+
+// errorLog is the OpenTelemetry error handler: the SDK's errors (a failed
+// metric push) to the log, at most one a minute.
+type errorLog struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (e *errorLog) Handle(err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if now := time.Now(); now.Sub(e.last) >= time.Minute {
+		e.last = now
+		e.log.Warn("OpenTelemetry export failed (logged once a minute)", "error", err)
+	}
 }
 
 // Span drop reasons.

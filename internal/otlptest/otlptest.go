@@ -1,5 +1,6 @@
-// Package otlptest is an OTLP trace receiver for tests: the OpenTelemetry
-// collector's trace service over gRPC, or its OTLP/HTTP protobuf endpoint,
+// Package otlptest is an OTLP receiver for tests: the OpenTelemetry
+// collector's trace and metrics services over gRPC, or its OTLP/HTTP protobuf
+// endpoints (/v1/traces, /v1/metrics),
 // on loopback, built from the protocol's own packages
 // (go.opentelemetry.io/proto/otlp). It keeps the spans it receives, can stall
 // (accept and never answer, as an overloaded collector does) and can be shut
@@ -18,8 +19,10 @@ import (
 	"testing"
 	"time"
 
+	collectormetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -39,14 +42,32 @@ type Span struct {
 	Start, End time.Time
 }
 
-// Receiver is a running OTLP trace receiver.
+// Point is one data point of a received metric: a sum's or gauge's value,
+// a histogram's count.
+type Point struct {
+	Attributes map[string]any
+	Value      float64
+}
+
+// Metric is a received metric, flattened.
+type Metric struct {
+	Name     string
+	Resource map[string]any
+	Points   []Point
+}
+
+// Receiver is a running OTLP receiver of traces and metrics.
 type Receiver struct {
-	// Endpoint is what an exporter is given: http://127.0.0.1:PORT for
-	// gRPC, http://127.0.0.1:PORT/v1/traces for HTTP.
+	// Endpoint is what a trace exporter is given: http://127.0.0.1:PORT
+	// for gRPC, http://127.0.0.1:PORT/v1/traces for HTTP (Base for both
+	// signals: OTEL_EXPORTER_OTLP_ENDPOINT).
 	Endpoint string
+	// Base is http://127.0.0.1:PORT.
+	Base string
 
 	mu      sync.Mutex
 	spans   []Span
+	metrics []Metric
 	exports int
 	changed chan struct{} // closed and replaced on each export
 	stalled chan struct{} // non-nil while stalled: closed by Unstall
@@ -68,9 +89,11 @@ func StartGRPC(t testing.TB) *Receiver {
 	r := newReceiver()
 	gs := grpc.NewServer()
 	collectortrace.RegisterTraceServiceServer(gs, &grpcService{r: r})
+	collectormetrics.RegisterMetricsServiceServer(gs, &grpcMetrics{r: r})
 	go gs.Serve(ln)
 	r.addr = ln.Addr().String()
 	r.Endpoint = "http://" + r.addr
+	r.Base = r.Endpoint
 	r.closeFn = func() { r.Unstall(); gs.Stop() }
 	t.Cleanup(r.Close)
 	return r
@@ -87,6 +110,19 @@ func (g *grpcService) Export(ctx context.Context, req *collectortrace.ExportTrac
 	}
 	g.r.add(req)
 	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+type grpcMetrics struct {
+	collectormetrics.UnimplementedMetricsServiceServer
+	r *Receiver
+}
+
+func (g *grpcMetrics) Export(ctx context.Context, req *collectormetrics.ExportMetricsServiceRequest) (*collectormetrics.ExportMetricsServiceResponse, error) {
+	if err := g.r.wait(ctx); err != nil {
+		return nil, err
+	}
+	g.r.addMetrics(req)
+	return &collectormetrics.ExportMetricsServiceResponse{}, nil
 }
 
 // StartHTTP starts an OTLP/HTTP endpoint (POST /v1/traces,
@@ -131,10 +167,30 @@ func StartHTTP(t testing.TB) *Receiver {
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.Write(out)
 	})
+	mux.HandleFunc("POST /v1/metrics", func(w http.ResponseWriter, req *http.Request) {
+		if err := r.wait(req.Context()); err != nil {
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var m collectormetrics.ExportMetricsServiceRequest
+		if err := proto.Unmarshal(body, &m); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.addMetrics(&m)
+		out, _ := proto.Marshal(&collectormetrics.ExportMetricsServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(out)
+	})
 	hs := &http.Server{Handler: mux}
 	go hs.Serve(ln)
 	r.addr = ln.Addr().String()
-	r.Endpoint = "http://" + r.addr + "/v1/traces"
+	r.Base = "http://" + r.addr
+	r.Endpoint = r.Base + "/v1/traces"
 	r.closeFn = func() { r.Unstall(); hs.Close() }
 	t.Cleanup(r.Close)
 	return r
@@ -220,6 +276,80 @@ func (r *Receiver) Discard() {
 	defer r.mu.Unlock()
 	r.discard = true
 	r.spans = nil
+}
+
+func (r *Receiver) addMetrics(req *collectormetrics.ExportMetricsServiceRequest) {
+	var got []Metric
+	for _, rm := range req.GetResourceMetrics() {
+		res := attrs(rm.GetResource().GetAttributes())
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				out := Metric{Name: m.GetName(), Resource: res}
+				var nums []*metricspb.NumberDataPoint
+				switch {
+				case m.GetSum() != nil:
+					nums = m.GetSum().GetDataPoints()
+				case m.GetGauge() != nil:
+					nums = m.GetGauge().GetDataPoints()
+				}
+				for _, p := range nums {
+					v := p.GetAsDouble()
+					if _, ok := p.GetValue().(*metricspb.NumberDataPoint_AsInt); ok {
+						v = float64(p.GetAsInt())
+					}
+					out.Points = append(out.Points, Point{Attributes: attrs(p.GetAttributes()), Value: v})
+				}
+				for _, p := range m.GetHistogram().GetDataPoints() {
+					out.Points = append(out.Points, Point{Attributes: attrs(p.GetAttributes()), Value: float64(p.GetCount())})
+				}
+				got = append(got, out)
+			}
+		}
+	}
+	r.mu.Lock()
+	r.metrics = append(r.metrics, got...)
+	r.exports++
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// WaitForMetric waits, up to timeout, for a received point of metric name
+// whose attributes include want's and whose value satisfies ok; it fails
+// the test at the timeout.
+func (r *Receiver) WaitForMetric(t testing.TB, timeout time.Duration, name string, want map[string]any, ok func(float64) bool) Metric {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		r.mu.Lock()
+		ms, changed := append([]Metric(nil), r.metrics...), r.changed
+		r.mu.Unlock()
+		for _, m := range ms {
+			if m.Name != name {
+				continue
+			}
+		points:
+			for _, p := range m.Points {
+				for k, v := range want {
+					if p.Attributes[k] != v {
+						continue points
+					}
+				}
+				if ok(p.Value) {
+					return m
+				}
+			}
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			names := map[string]bool{}
+			for _, m := range ms {
+				names[m.Name] = true
+			}
+			t.Fatalf("after %v, the receiver has no point of %s with %v that fits (%d metrics received: %v)", timeout, name, want, len(ms), names)
+		}
+	}
 }
 
 // Spans are the spans received so far.
