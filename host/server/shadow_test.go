@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -48,9 +49,9 @@ func shadowsReady(t *testing.T, h *harness, ids ...string) {
 
 // TestShadowDivergences: a shadow that needs one more label than the serving
 // version, in every execution mode (waPC TinyGo, WASI, OPA, Gatekeeper) and
-// in a group: 30 requests on a Pod with only `owner` get 30 allowed answers
-// from the serving version, and the shadow's 30 denials are counted as 30
-// verdict divergences (metrics and /policies, with the last requests: uid,
+// in a group, and in monitor mode and on /validate_raw: 30 requests on a Pod
+// with only `owner` get 30 allowed answers from the serving version, and the
+// shadow's 30 denials are counted as 30 verdict divergences (metrics and /policies, with the last requests: uid,
 // kind, namespace/name and both answers), logged without the object.
 func TestShadowDivergences(t *testing.T) {
 	pols := fmt.Sprintf(`
@@ -81,18 +82,41 @@ group:
   shadow:
     policies:
       labels: {settings: {mandatory_labels: [owner, cost-center]}}
+monitor:
+  module: %[1]s
+  policyMode: monitor
+  settings: {mandatory_labels: [owner, cost-center]}
+  shadow:
+    settings: {mandatory_labels: [owner]}
+raw:
+  module: %[5]s
+  settings: {allowed_users: [alice]}
+  shadow:
+    settings: {allowed_users: [bob]}
 `, wasmPath(t, "examples/required-labels"), wasmPath(t, "examples/wasi-required-labels"),
-		wasmPath(t, "examples/opa-required-labels"), wasmPath(t, "examples/gatekeeper-allowed-registries"))
+		wasmPath(t, "examples/opa-required-labels"), wasmPath(t, "examples/gatekeeper-allowed-registries"),
+		wasmPath(t, "examples/raw-validation"))
 	h := start(t, harnessOpts{policies: pols, options: func(o *config.Options) {
 		o.Workers = 2
 		o.ShadowQueueSize = 200 // this test counts every divergence: none may be dropped
 	}})
-	ids := []string{"wapc", "wasi", "opa", "gatekeeper", "group"}
+	// monitor: the serving version would deny (it needs cost-center too) but
+	// answers allowed, its shadow allows: compared as enforced, they diverge.
+	// raw: /validate_raw, alice allowed by the serving version, not by the shadow.
+	ids := []string{"wapc", "wasi", "opa", "gatekeeper", "group", "monitor", "raw"}
 	shadowsReady(t, h, ids...)
 	const n = 30
 	for _, id := range ids {
 		for i := range n {
 			uid := fmt.Sprintf("%s-%d", id, i)
+			if id == "raw" {
+				code, b := h.post("/validate_raw/raw", fmt.Appendf(nil, `{"request":{"uid":%q,"user":"alice","action":"get","resource":"pods/x"}}`, uid))
+				var out struct{ Response admission.Response }
+				if err := json.Unmarshal(b, &out); err != nil || code != 200 || !out.Response.Allowed || out.Response.UID != uid {
+					t.Fatalf("raw request %d: HTTP %d %s: the serving answer changed", i, code, b)
+				}
+				continue
+			}
 			code, r := h.review("/validate/"+id, reviewFor(uid, "CREATE", "default", pod(map[string]string{"owner": "x"})))
 			if code != 200 || !r.Allowed || r.UID != uid || r.Status != nil {
 				t.Fatalf("%s request %d: HTTP %d %+v: the serving answer changed", id, i, code, r)
@@ -112,10 +136,21 @@ group:
 			t.Fatalf("%s: /policies shadow %+v", id, sh)
 		}
 		last := sh.Recent[0]
-		if last.UID != fmt.Sprintf("%s-%d", id, n-1) || last.Kind != "Pod" || last.Namespace != "default" || last.Name != "p" ||
-			last.Operation != "CREATE" || last.Divergence != status.DivergenceVerdict || !last.Serving.Allowed ||
-			last.Candidate.Allowed || last.Candidate.Message == "" || last.Candidate.Error != "" {
-			t.Errorf("%s: last divergence %+v", id, last)
+		switch id {
+		case "monitor":
+			if last.UID != "monitor-29" || last.Serving.Allowed || last.Serving.Message == "" || !last.Candidate.Allowed {
+				t.Errorf("%s: last divergence %+v", id, last)
+			}
+		case "raw":
+			if last.UID != "raw-29" || last.Kind != "" || last.Operation != "raw" || !last.Serving.Allowed || last.Candidate.Allowed {
+				t.Errorf("%s: last divergence %+v", id, last)
+			}
+		default:
+			if last.UID != fmt.Sprintf("%s-%d", id, n-1) || last.Kind != "Pod" || last.Namespace != "default" || last.Name != "p" ||
+				last.Operation != "CREATE" || last.Divergence != status.DivergenceVerdict || !last.Serving.Allowed ||
+				last.Candidate.Allowed || last.Candidate.Message == "" || last.Candidate.Error != "" {
+				t.Errorf("%s: last divergence %+v", id, last)
+			}
 		}
 	}
 	if sh := h.policy("wapc").Shadow; sh.Module == "" || sh.Digest == "" || sh.LoadedAt == nil {
@@ -144,6 +179,9 @@ group:
 		}
 	}
 	for _, l := range lines {
+		if strings.Contains(l, " policy=monitor ") || strings.Contains(l, " policy=raw ") {
+			continue
+		}
 		for _, want := range []string{"uid=", "kind=Pod", "namespace=default", "name=p", "divergence=verdict", "serving.allowed=true", "shadow.allowed=false", "shadow.message="} {
 			if !strings.Contains(l, want) {
 				t.Errorf("divergence line lacks %s: %s", want, l)
