@@ -197,12 +197,19 @@ func kubectlApply(ctx context.Context, manifest string, extra ...string) (string
 
 func eventually(t *testing.T, timeout time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	begin := time.Now()
+	deadline := begin.Add(timeout)
+	var last error
 	for {
 		err := f()
 		if err == nil {
+			// A long wait is logged where it was made, so that the e2e log says where its time goes.
+			if waited := time.Since(begin); waited >= 10*time.Second {
+				t.Logf("waited %v (until then: %v)", waited.Round(100*time.Millisecond), last)
+			}
 			return
 		}
+		last = err
 		if time.Now().After(deadline) {
 			t.Fatalf("after %v: %v", timeout, err)
 		}
