@@ -46,43 +46,45 @@ func RevisionNamespace(p v1.Policy, controllerNamespace string) string {
 // RevisionDataOf returns the revision p is at, with the module digests the server reports in
 // served (nil: none known).
 func RevisionDataOf(p v1.Policy, served *status.Policy) v1.RevisionData {
-	module := func(m v1.ModuleSpec, digest string) v1.RevisionModule {
-		rm := v1.RevisionModule{Module: m.Module, ModuleDigest: digest}
+	module := func(m v1.ModuleSpec, digest, manifest string) v1.RevisionModule {
+		rm := v1.RevisionModule{Module: m.Module, ModuleDigest: digest, ManifestDigest: manifest}
 		if s := m.Settings.Raw; len(s) > 0 && string(s) != "null" {
 			rm.Settings = canonicalJSON(s)
 		}
 		return rm
 	}
 	var d v1.RevisionData
-	memberDigest := func(name string) string {
+	memberDigests := func(name string) (string, string) {
 		if served == nil {
-			return ""
+			return "", ""
 		}
 		for _, m := range served.Members {
 			if m.Name == name {
-				return m.Digest
+				return m.Digest, m.ManifestDigest
 			}
 		}
-		return ""
+		return "", ""
 	}
-	digest := ""
+	digest, manifest := "", ""
 	if served != nil {
-		digest = served.Digest
+		digest, manifest = served.Digest, served.ManifestDigest
 	}
 	switch p := p.(type) {
 	case *v1.ClusterAdmissionPolicy:
-		d.RevisionModule = module(p.Spec.ModuleSpec, digest)
+		d.RevisionModule = module(p.Spec.ModuleSpec, digest, manifest)
 	case *v1.AdmissionPolicy:
-		d.RevisionModule = module(p.Spec.ModuleSpec, digest)
+		d.RevisionModule = module(p.Spec.ModuleSpec, digest, manifest)
 	case *v1.ClusterAdmissionPolicyGroup:
 		d.Policies = map[string]v1.RevisionModule{}
 		for name, m := range p.Spec.Policies {
-			d.Policies[name] = module(m.ModuleSpec, memberDigest(name))
+			dg, mf := memberDigests(name)
+			d.Policies[name] = module(m.ModuleSpec, dg, mf)
 		}
 	case *v1.AdmissionPolicyGroup:
 		d.Policies = map[string]v1.RevisionModule{}
 		for name, m := range p.Spec.Policies {
-			d.Policies[name] = module(m.ModuleSpec, memberDigest(name))
+			dg, mf := memberDigests(name)
+			d.Policies[name] = module(m.ModuleSpec, dg, mf)
 		}
 	}
 	return d

@@ -45,7 +45,7 @@ func (e *env) change(s *fakeServer, p *v1.ClusterAdmissionPolicy, settings, dige
 	}
 	id := v1.PolicyID(p.PolicyKind(), "", p.Name)
 	pol := ready(id)
-	pol.Digest = digest
+	pol.Digest, pol.ManifestDigest = digest, "sha256:manifest-"+strings.TrimPrefix(digest, "sha256:")
 	s.serve(e.writeConfig("default", p), pol)
 	e.reconcile(p)
 	wantStage(e.t.(*testing.T), p, v1.PolicyStatusActive, ReasonPolicyActive)
@@ -77,7 +77,7 @@ func TestRevisions(t *testing.T) {
 	if err := json.Unmarshal(r1.Data.Raw, &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Module != "registry://example/policy:v1" || d.ModuleDigest != "sha256:aaa" || string(d.Settings) != `{"a":[1,2],"b":1}` {
+	if d.Module != "registry://example/policy:v1" || d.ModuleDigest != "sha256:aaa" || d.ManifestDigest != "sha256:manifest-aaa" || string(d.Settings) != `{"a":[1,2],"b":1}` {
 		t.Fatalf("revision data %s", r1.Data.Raw)
 	}
 	if st := p.Status.Revision; st == nil || st.Name != r1.Name || st.Number != 1 || st.ModuleDigest != "sha256:aaa" || st.ActiveSince.IsZero() {
@@ -162,7 +162,7 @@ func TestRevisionsOfGroupsAndNamespaced(t *testing.T) {
 	id := v1.PolicyID(apg.PolicyKind(), apg.Namespace, apg.Name)
 	pol := ready(id)
 	pol.Kind = status.KindGroup
-	pol.Members = []status.Member{{Name: "signed", Digest: "sha256:s1", State: status.StateReady}, {Name: "tag", Digest: "sha256:t1", State: status.StateReady}}
+	pol.Members = []status.Member{{Name: "signed", Digest: "sha256:s1", ManifestDigest: "sha256:ms1", State: status.StateReady}, {Name: "tag", Digest: "sha256:t1", State: status.StateReady}}
 	s.serve(e.writeConfig("default", apg), pol)
 	e.reconcile(apg)
 	wantStage(t, apg, v1.PolicyStatusActive, ReasonPolicyActive)
@@ -177,7 +177,7 @@ func TestRevisionsOfGroupsAndNamespaced(t *testing.T) {
 	if err := json.Unmarshal(revs[0].Data.Raw, &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Module != "" || d.Policies["signed"].ModuleDigest != "sha256:s1" || string(d.Policies["signed"].Settings) != `{"k":1}` ||
+	if d.Module != "" || d.Policies["signed"].ModuleDigest != "sha256:s1" || d.Policies["signed"].ManifestDigest != "sha256:ms1" || string(d.Policies["signed"].Settings) != `{"k":1}` ||
 		d.Policies["tag"].Module != "registry://example/tag:v1" || d.Policies["tag"].ModuleDigest != "sha256:t1" {
 		t.Fatalf("group revision %s", revs[0].Data.Raw)
 	}

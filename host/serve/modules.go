@@ -155,21 +155,33 @@ func (s serveModules) ResolveDigest(ctx context.Context, uri string) ([]byte, st
 	return b, d, redact.Error(err, uri) // module.Resolve's errors are masked already; these are not
 }
 
+// ResolveManifest is ResolveDigest with the manifest digest of a registry://
+// module (server.ManifestResolver).
+func (s serveModules) ResolveManifest(ctx context.Context, uri string) ([]byte, string, string, error) {
+	b, d, m, err := s.resolveManifest(ctx, uri)
+	return b, d, m, redact.Error(err, uri)
+}
+
 func (s serveModules) resolveDigest(ctx context.Context, uri string) ([]byte, string, error) {
+	b, d, _, err := s.resolveManifest(ctx, uri)
+	return b, d, err
+}
+
+func (s serveModules) resolveManifest(ctx context.Context, uri string) ([]byte, string, string, error) {
 	if strings.HasPrefix(uri, "http://") {
 		u, err := url.Parse(uri)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 		if !s.insecure[u.Host] && !s.insecure[u.Hostname()] {
-			return nil, "", fmt.Errorf("%w %q: plain http:// is allowed only for hosts listed in sources.yml insecure_sources", module.ErrFetch, uri)
+			return nil, "", "", fmt.Errorf("%w %q: plain http:// is allowed only for hosts listed in sources.yml insecure_sources", module.ErrFetch, uri)
 		}
 	}
 	m, err := s.r.Resolve(ctx, uri)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	return m.Wasm, m.Digest, nil
+	return m.Wasm, m.Digest, m.ManifestDigest, nil
 }
 
 // newVerification is the registry fetcher when --verification-path is set:
@@ -237,6 +249,17 @@ func (v verifiedModules) Resolve(ctx context.Context, uri string) ([]byte, error
 		return nil, err
 	}
 	return v.inner.Resolve(ctx, uri)
+}
+
+func (v verifiedModules) ResolveManifest(ctx context.Context, uri string) ([]byte, string, string, error) {
+	if err := v.check(uri); err != nil {
+		return nil, "", "", err
+	}
+	if mr, ok := v.inner.(server.ManifestResolver); ok {
+		return mr.ResolveManifest(ctx, uri)
+	}
+	b, d, err := v.inner.ResolveDigest(ctx, uri)
+	return b, d, "", err
 }
 
 func (v verifiedModules) ResolveDigest(ctx context.Context, uri string) ([]byte, string, error) {

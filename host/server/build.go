@@ -158,10 +158,11 @@ func (s *Server) startBuild(ctx context.Context, cfg *config.Config, src []byte,
 }
 
 type fetched struct {
-	once   sync.Once
-	wasm   []byte
-	digest string
-	err    error
+	once     sync.Once
+	wasm     []byte
+	digest   string
+	manifest string
+	err      error
 }
 
 // fetcher fetches each URI of the build once, under the load deadline.
@@ -179,7 +180,11 @@ func (b *building) fetcher() func(uri string) *fetched {
 		f.once.Do(func() {
 			ctx, cancel := context.WithTimeout(b.ctx, b.s.runner.timeout)
 			defer cancel()
-			f.wasm, f.digest, f.err = b.s.o.Loader.Resolve(ctx, uri)
+			if ml, ok := b.s.o.Loader.(manifestLoader); ok {
+				f.wasm, f.digest, f.manifest, f.err = ml.ResolveManifest(ctx, uri)
+			} else {
+				f.wasm, f.digest, f.err = b.s.o.Loader.Resolve(ctx, uri)
+			}
 		})
 		return f
 	}
@@ -202,7 +207,7 @@ func (b *building) loadUnit(j buildJob, fetch func(string) *fetched) {
 		if timeout <= 0 {
 			timeout = o.PolicyTimeout
 		}
-		u.digest = f.digest
+		u.digest, u.manifest = f.digest, f.manifest
 		u.key = unitKey(u.id, f.digest, u.settings, timeout, o, j.car, j.caps)
 		if cur := s.cur.Load(); cur != nil {
 			if ou, ok := cur.units[u.key]; ok && ou.eval != nil {

@@ -504,7 +504,7 @@ func (e *entry) status() status.Policy {
 		p.Stale, p.Error = true, briefError(e.stale.Error())
 	}
 	if e.unit != nil {
-		p.Module, p.Digest = e.unit.module, e.unit.digest
+		p.Module, p.Digest, p.ManifestDigest = e.unit.module, e.unit.digest, e.unit.manifest
 		if !e.unit.loadedAt.IsZero() {
 			t := e.unit.loadedAt
 			p.LoadedAt = &t
@@ -513,7 +513,7 @@ func (e *entry) status() status.Policy {
 	}
 	for _, m := range e.cfg.Group.Members {
 		u := e.members[m.Name]
-		mi := status.Member{Name: m.Name, Module: u.module, Digest: u.digest, State: status.StateReady}
+		mi := status.Member{Name: m.Name, Module: u.module, Digest: u.digest, ManifestDigest: u.manifest, State: status.StateReady}
 		if u.err != nil {
 			mi.State, mi.Error = status.StateFailed, briefError(u.err.Error())
 		}

@@ -52,6 +52,21 @@ type DigestResolver interface {
 	ResolveDigest(ctx context.Context, uri string) (wasm []byte, digest string, err error)
 }
 
+// ManifestResolver is a Resolver that also names the registry manifest a
+// registry:// module came from ("" for other modules): HostLoader reports it
+// in GET /policies (manifestDigest), so that a client may pin the module to
+// it (registry://host/repository:tag@sha256:...), which the registry client
+// then reads from its store without asking the registry.
+type ManifestResolver interface {
+	ResolveManifest(ctx context.Context, uri string) (wasm []byte, digest, manifest string, err error)
+}
+
+// manifestLoader is a Loader that gives the manifest digest of what it
+// resolves (HostLoader).
+type manifestLoader interface {
+	ResolveManifest(ctx context.Context, uri string) (wasm []byte, digest, manifest string, err error)
+}
+
 // ResolverFunc adapts a function to Resolver.
 type ResolverFunc func(ctx context.Context, uri string) ([]byte, error)
 
@@ -125,6 +140,24 @@ func (l *HostLoader) Resolve(ctx context.Context, uri string) ([]byte, string, e
 	return b, wasm.Digest(b), nil
 }
 
+// ResolveManifest is Resolve with the manifest digest of a registry://
+// module, when the Resolver is a ManifestResolver ("" otherwise).
+func (l *HostLoader) ResolveManifest(ctx context.Context, uri string) ([]byte, string, string, error) {
+	mr, ok := l.Resolver.(ManifestResolver)
+	if !ok {
+		b, d, err := l.Resolve(ctx, uri)
+		return b, d, "", err
+	}
+	b, d, m, err := mr.ResolveManifest(ctx, uri)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if d == "" {
+		d = wasm.Digest(b)
+	}
+	return b, d, m, nil
+}
+
 // Load loads a policy.
 func (l *HostLoader) Load(ctx context.Context, spec policy.Spec) (Evaluator, error) {
 	if l.ShareInstances != nil && spec.Digest != "" && l.ShareInstances(spec.Digest) {
@@ -144,6 +177,7 @@ type unit struct {
 	settings json.RawMessage
 	timeout  time.Duration
 	digest   string
+	manifest string // registry manifest digest, "" when unknown
 	key      string
 	eval     Evaluator
 	err      error

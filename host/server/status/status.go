@@ -80,8 +80,12 @@ type Policy struct {
 	// Module, the members' and every Error with credentials masked
 	// ("https://user:xxxxx@host/...", "?token=xxxxx"): compare modules by
 	// Digest, not by URI.
-	Module          string `json:"module,omitempty"`
-	Digest          string `json:"digest,omitempty"`
+	Module string `json:"module,omitempty"`
+	Digest string `json:"digest,omitempty"`
+	// ManifestDigest is the registry manifest digest of a registry://
+	// module (what registry://host/repository:tag@sha256:... pins), when
+	// the server knows it.
+	ManifestDigest  string `json:"manifestDigest,omitempty"`
 	Mode            string `json:"mode"`
 	AllowedToMutate bool   `json:"allowedToMutate"`
 	State           string `json:"state"` // StateReady, StateFailed or StateLoading
@@ -186,8 +190,10 @@ type Member struct {
 	Name   string `json:"name"`
 	Module string `json:"module"`
 	Digest string `json:"digest,omitempty"`
-	State  string `json:"state"`
-	Error  string `json:"error,omitempty"`
+	// ManifestDigest: as Policy's.
+	ManifestDigest string `json:"manifestDigest,omitempty"`
+	State          string `json:"state"`
+	Error          string `json:"error,omitempty"`
 }
 
 // Digest is the "sha256:<hex>" form of the SHA-256 of b, as in ConfigDigest.
