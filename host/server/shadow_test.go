@@ -396,3 +396,40 @@ func TestShadowLoadFailureAndReload(t *testing.T) {
 		t.Fatalf("after removing the shadow: %+v", p)
 	}
 }
+
+// TestShadowGivesWayToWaitingRequests: a shadow evaluation whose turn comes
+// while serving requests wait for a worker is dropped (busy), so shadows use
+// spare capacity only; once nothing waits, they run.
+func TestShadowGivesWayToWaitingRequests(t *testing.T) {
+	l := newTestLoader(t)
+	l.scripts["slow"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
+		time.Sleep(300 * time.Millisecond)
+		return protocol.ValidationResponse{Accepted: true}, nil
+	}
+	l.scripts["allow"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
+		return protocol.ValidationResponse{Accepted: true}, nil
+	}
+	h := start(t, harnessOpts{loader: l, policies: "p:\n  module: script://slow\n  shadow: {module: script://allow}\n", options: func(o *config.Options) {
+		o.Workers, o.PolicyTimeout = 1, 10*time.Second // one serving worker: the others wait
+	}})
+	shadowsReady(t, h, "p")
+	const n = 4
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if code, r := h.review("/validate/p", reviewFor(fmt.Sprint(i), "CREATE", "default", pod(nil))); code != 200 || !r.Allowed {
+				t.Errorf("request %d: HTTP %d %+v", i, code, r)
+			}
+		}()
+	}
+	wg.Wait()
+	eventually(t, "every shadow evaluation run or dropped", func() string {
+		ev, div, drop := shadowTotals(t, h, "p")
+		if ev+drop[dropBusy] != n || drop[dropBusy] == 0 || ev == 0 || len(div) != 0 {
+			return fmt.Sprintf("evaluations %v, divergences %v, dropped %v; want some dropped as busy, the others run", ev, div, drop)
+		}
+		return ""
+	})
+}
