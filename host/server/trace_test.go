@@ -113,7 +113,10 @@ func startTraced(t testing.TB, rcv *otlptest.Receiver, policies string, env ...s
 		}
 		return caps.ForPolicy(id, allow)
 	}
-	h, so := prepare(t, harnessOpts{policies: policies, loader: loader, options: func(o *config.Options) { o.Workers = 2 }})
+	h, so := prepare(t, harnessOpts{policies: policies, loader: loader, options: func(o *config.Options) {
+		o.Workers = 2
+		o.PolicyCooldownAfter = 1 // a policy's first timeout cools it down (TestTracingTimeoutAndCoolDown)
+	}})
 	so.Tracer, so.Propagator = tel.Tracer(), tel.Propagator()
 	so.Metrics = append(so.Metrics, tel.Collectors()...)
 	srv, err := New(context.Background(), so)
@@ -332,5 +335,34 @@ func TestTracingCollectorStalledOrDown(t *testing.T) {
 	// and a batch (8), a missing one takes a batch per export timeout (2 s)
 	if dropped < 400 {
 		t.Errorf("/metrics: %v spans dropped, want most of 800:\n%s", dropped, grepLines(metrics, "tollgate_telemetry"))
+	}
+}
+
+// A policy that runs out of time: its span says timeout (status Error); the
+// next request, answered by the cool-down without running it, says
+// cooled_down and cooling_down.
+func TestTracingTimeoutAndCoolDown(t *testing.T) {
+	rcv := otlptest.StartGRPC(t)
+	pols := fmt.Sprintf("loop:\n  module: file://%s\n  settings: {behaviour: loop}\n  timeoutEvalSeconds: 1\n", wasmPath(t, "test/testdata/policies/misbehave"))
+	h, _ := startTraced(t, rcv, pols)
+	for i, want := range []string{"timed out", "cooling down"} {
+		traceID := fmt.Sprintf("%032x", 0x7000+i)
+		code, body := h.postTraced("/validate/loop", reviewFor(fmt.Sprintf("loop-%d", i), "CREATE", "default", pod(nil)), "00-"+traceID+"-00f067aa0ba902b7-01")
+		if code != 200 || !bytes.Contains(body, []byte(want)) {
+			t.Fatalf("request %d: HTTP %d %s, want %q", i, code, body, want)
+		}
+		spans := rcv.WaitFor(t, 60*time.Second, "the policy span of trace "+traceID, func(s []otlptest.Span) bool { _, ok := inTrace(s, traceID)["policy loop"]; return ok })
+		pol := inTrace(spans, traceID)["policy loop"]
+		if pol.StatusCode != tracepb.Status_STATUS_CODE_ERROR {
+			t.Errorf("request %d: policy span status %v, want Error", i, pol.StatusCode)
+		}
+		if i == 0 {
+			wantAttrs(t, pol, map[string]any{"tollgate.policy.error": "timeout", "tollgate.policy.allowed": false})
+			if _, ok := pol.Attributes["tollgate.policy.cooled_down"]; ok {
+				t.Errorf("the evaluation that timed out is marked cooled down: %v", pol.Attributes)
+			}
+		} else {
+			wantAttrs(t, pol, map[string]any{"tollgate.policy.error": "cooling_down", "tollgate.policy.cooled_down": true})
+		}
 	}
 }
