@@ -78,13 +78,24 @@ type Receiver struct {
 
 func newReceiver() *Receiver { return &Receiver{changed: make(chan struct{})} }
 
-// StartGRPC starts the collector's trace service over gRPC on loopback; the
-// test's end stops it.
+// StartGRPC starts the collector's trace and metrics services over gRPC on
+// loopback; the test's end stops it.
 func StartGRPC(t testing.TB) *Receiver {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	r, err := ListenGRPC("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// ListenGRPC is StartGRPC on addr for a caller that is not a test (a
+// TestMain): it stops at Close.
+func ListenGRPC(addr string) (*Receiver, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
 	}
 	r := newReceiver()
 	gs := grpc.NewServer()
@@ -95,8 +106,7 @@ func StartGRPC(t testing.TB) *Receiver {
 	r.Endpoint = "http://" + r.addr
 	r.Base = r.Endpoint
 	r.closeFn = func() { r.Unstall(); gs.Stop() }
-	t.Cleanup(r.Close)
-	return r
+	return r, nil
 }
 
 type grpcService struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/otlptest"
 	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
 
@@ -26,6 +27,9 @@ var (
 		dir     string // scratch: logs
 		// image is tollgate's image as the node pulls it (`make image`, pushed to the registry).
 		image string
+		// otlp receives kube-apiserver's spans (--tracing-config-file; sampled only under a
+		// sampled traceparent, so no other test makes any) and those of the tests' servers.
+		otlp *otlptest.Receiver
 	}
 	keep = flag.Bool("e2e.keep", false, "keep the scratch directory (logs) after the tests")
 )
@@ -119,8 +123,14 @@ func run(m *testing.M) (int, error) {
 	if err := os.MkdirAll(filepath.Join(env.dir, "cluster"), 0o755); err != nil {
 		return 1, err
 	}
+	tracing, err := startTracingReceiver()
+	if err != nil {
+		return 1, err
+	}
+	defer env.otlp.Close()
 	begin := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Dir: filepath.Join(env.dir, "cluster"), KeepDir: true, Node: true})
+	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Dir: filepath.Join(env.dir, "cluster"), KeepDir: true, Node: true,
+		APIServerFlags: []string{"--tracing-config-file=" + tracing}})
 	if err != nil {
 		return 1, err
 	}
@@ -159,6 +169,20 @@ func run(m *testing.M) (int, error) {
 		fmt.Println(c.LogTail(20))
 	}
 	return code, nil
+}
+
+// startTracingReceiver starts env.otlp and writes kube-apiserver's tracing configuration for it:
+// no sampling of its own (samplingRatePerMillion 0), so only requests that come with a sampled
+// traceparent are traced (TestTracingAcrossTheAPIServer).
+func startTracingReceiver() (string, error) {
+	rcv, err := otlptest.ListenGRPC("127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	env.otlp = rcv
+	path := filepath.Join(env.dir, "tracing.yaml")
+	cfg := "apiVersion: apiserver.config.k8s.io/v1\nkind: TracingConfiguration\nendpoint: " + rcv.Addr() + "\nsamplingRatePerMillion: 0\n"
+	return path, os.WriteFile(path, []byte(cfg), 0o644)
 }
 
 // tollgateBinary returns $TOLLGATE_BIN, or builds cmd/tollgate into bin/ (go build's cache makes
