@@ -375,6 +375,11 @@ func (s *Server) dropRemoved(old *policySet) {
 			s.m.dropPolicy(id)
 		}
 	}
+	for id := range old.shadows {
+		if cur == nil || cur.shadows[id] == nil {
+			s.m.dropPolicy(id + shadowSuffix) // the caller's series of the shadow's units (host calls, guest log)
+		}
+	}
 }
 
 // sameEvaluators reports whether b serves a's loaded policy (or members),

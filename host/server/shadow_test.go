@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/config"
 	"github.com/tollgate-dev/tollgate/host/server/status"
@@ -429,6 +431,31 @@ func TestShadowGivesWayToWaitingRequests(t *testing.T) {
 		ev, div, drop := shadowTotals(t, h, "p")
 		if ev+drop[dropBusy] != n || drop[dropBusy] == 0 || ev == 0 || len(div) != 0 {
 			return fmt.Sprintf("evaluations %v, divergences %v, dropped %v; want some dropped as busy, the others run", ev, div, drop)
+		}
+		return ""
+	})
+}
+
+// TestShadowRemovalDropsItsSeries: the caller's series labelled with a
+// shadow's unit id (ID#shadow: its host calls, its guest log) go when a
+// reload removes the shadow, as a removed policy's do; the policy's own stay.
+func TestShadowRemovalDropsItsSeries(t *testing.T) {
+	extra := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_policy_things_total", Help: "test"}, []string{"policy"})
+	extra.WithLabelValues("labels").Inc()
+	extra.WithLabelValues("labels" + shadowSuffix).Inc()
+	labels := wasmPath(t, "examples/required-labels")
+	file := fmt.Sprintf("labels:\n  module: %s\n  settings: {mandatory_labels: [owner]}\n", labels)
+	h := start(t, harnessOpts{policies: file + "  shadow: {settings: {mandatory_labels: [owner, cost-center]}}\n", metrics: []prometheus.Collector{extra},
+		options: func(o *config.Options) { o.Workers = 2 }})
+	shadowsReady(t, h, "labels")
+	writeFile(t, h.pfile, file)
+	if err := h.srv.Reload(t.Context(), "test", false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the shadow's series dropped", func() string {
+		_, m := h.get("/metrics")
+		if strings.Contains(m, `test_policy_things_total{policy="labels#shadow"}`) || !strings.Contains(m, `test_policy_things_total{policy="labels"} 1`) {
+			return grepLines(m, "test_policy_things_total")
 		}
 		return ""
 	})
