@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -223,6 +225,9 @@ func (e *serverEvaluator) post(ctx context.Context, p *Policy, s *serverState, r
 		return Verdict{Error, err.Error()}, nil
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if trace.SpanFromContext(ctx).IsRecording() { // a traced run: the server's spans join its trace
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return Verdict{Error, fmt.Sprintf("policy server %s: %v", p.Server, err)}, err

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -123,8 +126,20 @@ func prepare(ctx context.Context, cfg *rest.Config, o *Options) (a *auditor, don
 
 // full is one complete pass: the cluster-scoped objects, then every namespace (Kubewarden's
 // order).
-func (a *auditor) full(ctx context.Context) error {
+func (a *auditor) full(ctx context.Context) (err error) {
 	o, s := a.o, a.s
+	if o.Tracer != nil {
+		var span trace.Span
+		ctx, span = o.Tracer.Start(ctx, "audit", trace.WithAttributes(attribute.String("tollgate.audit.run_id", s.RunID)))
+		defer func() {
+			span.SetAttributes(attribute.Int("tollgate.audit.policies", len(a.policies)), attribute.Int("tollgate.audit.listed", s.Listed),
+				attribute.Int("tollgate.audit.evaluated", s.Evaluated), attribute.Int("tollgate.audit.failures", len(s.Failures)))
+			if err != nil {
+				span.SetStatus(codes.Error, "")
+			}
+			span.End()
+		}()
+	}
 	if o.OnlyNamespace == "" {
 		a.scope(ctx, "", nil)
 	}
@@ -245,6 +260,15 @@ func (a *auditor) namespaces(ctx context.Context, c client.Reader) ([]nsInfo, er
 // reports. A failed list leaves the scope's reports as they are (nothing is deleted on a
 // partial view).
 func (a *auditor) scope(ctx context.Context, namespace string, nsLabels map[string]string) {
+	if a.o.Tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		var span trace.Span
+		name := "audit namespace " + namespace
+		if namespace == "" {
+			name = "audit cluster-scoped"
+		}
+		ctx, span = a.o.Tracer.Start(ctx, name, trace.WithAttributes(attribute.String("tollgate.audit.namespace", namespace)))
+		defer span.End()
+	}
 	var ps []*Policy
 	var targets []target
 	for _, p := range a.policies {

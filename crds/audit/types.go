@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
 )
 
@@ -163,6 +165,10 @@ type Options struct {
 	NoStatus bool
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Tracer, when set, traces the run: a span for the run, one per scope (the cluster-scoped
+	// objects, or one namespace: a batch of objects), and the policy servers' spans of each
+	// evaluation under them (the trace context goes with each /audit request). Nil: no tracing.
+	Tracer trace.Tracer
 }
 
 func (o *Options) defaults() {
