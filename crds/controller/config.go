@@ -111,6 +111,11 @@ func BuildPolicyEntry(p v1.Policy, ps *v1.PolicyServer, o Options) (id string, e
 	default:
 		return id, config.Entry{}, fmt.Errorf("%w: unknown policy type %T", ErrPolicyRefused, p)
 	}
+	if err == nil {
+		if se := shadowEntry(p, ps, &entry); se != nil {
+			err = se
+		}
+	}
 	if err != nil {
 		var se *settingsError
 		if errors.As(err, &se) {
@@ -157,6 +162,70 @@ func moduleFields(e *config.Entry, m v1.ModuleSpec, resources []v1.ContextAwareR
 	for _, r := range resources {
 		e.ContextAwareResources = append(e.ContextAwareResources, config.ContextAwareResource{APIVersion: r.APIVersion, Kind: r.Kind})
 	}
+	return nil
+}
+
+// shadowEntry sets the entry's shadow from spec.shadow (none without one): a policy's module
+// and/or settings, a group's expression and/or members. host/config's parser, which
+// BuildPolicyEntry runs on the entry, checks the rest (a new member needs a module, ...).
+func shadowEntry(p v1.Policy, ps *v1.PolicyServer, e *config.Entry) *settingsError {
+	module := func(field string, sh v1.PolicyShadow) (config.EntryShadow, *settingsError) {
+		var es config.EntryShadow
+		if sh.Module != "" {
+			if err := tenantScheme(p, ps, field+".module", sh.Module); err != nil {
+				return es, err
+			}
+			es.Module = normalizeModule(sh.Module)
+		}
+		if sh.Settings != nil {
+			v, err := decodeSettings(sh.Settings.Raw)
+			if err == nil {
+				es.Settings, err = json.Marshal(v)
+			}
+			if err != nil {
+				return es, &settingsError{field: field + ".settings", reason: err.Error()}
+			}
+		}
+		return es, nil
+	}
+	group := func(sh *v1.GroupShadow) *settingsError {
+		es := config.EntryShadow{Expression: sh.Expression}
+		for name, m := range sh.Policies {
+			ms, err := module("shadow.policies."+name, m)
+			if err != nil {
+				return err
+			}
+			if es.Policies == nil {
+				es.Policies = map[string]config.EntryShadow{}
+			}
+			es.Policies[name] = ms
+		}
+		e.Shadow = &es
+		return nil
+	}
+	var single *v1.PolicyShadow
+	switch p := p.(type) {
+	case *v1.ClusterAdmissionPolicy:
+		single = p.Spec.Shadow
+	case *v1.AdmissionPolicy:
+		single = p.Spec.Shadow
+	case *v1.ClusterAdmissionPolicyGroup:
+		if p.Spec.Shadow != nil {
+			return group(p.Spec.Shadow)
+		}
+	case *v1.AdmissionPolicyGroup:
+		if p.Spec.Shadow != nil {
+			return group(p.Spec.Shadow)
+		}
+	}
+	if single == nil {
+		return nil
+	}
+	es, err := module("shadow", *single)
+	if err != nil {
+		return err
+	}
+	e.Shadow = &es
 	return nil
 }
 
@@ -229,7 +298,8 @@ func fieldErrorMessage(fe *config.FieldError) string {
 	if f, ok := specField[field]; ok {
 		field = f
 	}
-	if fe.Member != "" {
+	if fe.Member != "" && !strings.HasPrefix(field, "shadow.") {
+		// A shadow's member errors name their whole path (shadow.policies.NAME....).
 		field = "policies." + fe.Member + "." + field
 	}
 	var b strings.Builder

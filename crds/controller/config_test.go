@@ -181,6 +181,66 @@ func TestBuildPolicyEntry(t *testing.T) {
 			wantErr: `spec.module: value ""`,
 		},
 	}
+	shadowed := func(sh *v1.PolicyShadow) *v1.ClusterAdmissionPolicy {
+		return &v1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: v1.ClusterAdmissionPolicySpec{
+			WebhookSpec: webhook, ModuleSpec: cfgModule("registry://r/p:1", `{"a":1}`), Shadow: sh}}
+	}
+	shadowGroup := func(sh *v1.GroupShadow) *v1.AdmissionPolicyGroup {
+		return &v1.AdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "g"}, Spec: v1.AdmissionPolicyGroupSpec{
+			WebhookSpec: webhook, GroupSpec: v1.GroupSpec{Expression: "a()", Message: "no"},
+			Policies: map[string]v1.PolicyGroupMember{"a": {ModuleSpec: cfgModule("registry://r/a:1", "")}}, Shadow: sh}}
+	}
+	tests = append(tests, []struct {
+		name    string
+		policy  v1.Policy
+		ps      *v1.PolicyServer
+		wantID  string
+		want    string
+		wantErr string
+	}{
+		{
+			name:   "shadow: module and settings",
+			policy: shadowed(&v1.PolicyShadow{Module: "r/p:2", Settings: &runtime.RawExtension{Raw: []byte(`{"b":2,"a":1}`)}}),
+			wantID: "clusterwide-s",
+			want: `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":["*"],"module":"registry://r/p:1","namespacedName":{"Name":"s","Namespace":""},` +
+				`"policyMode":"protect","settings":{"a":1},"shadow":{"module":"registry://r/p:2","settings":{"a":1,"b":2}}}`,
+		},
+		{
+			name:   "shadow: settings only",
+			policy: shadowed(&v1.PolicyShadow{Settings: &runtime.RawExtension{Raw: []byte(`{}`)}}),
+			wantID: "clusterwide-s",
+			want: `{"allowedToMutate":false,"contextAwareResources":[],"hostCapabilities":["*"],"module":"registry://r/p:1","namespacedName":{"Name":"s","Namespace":""},` +
+				`"policyMode":"protect","settings":{"a":1},"shadow":{"settings":{}}}`,
+		},
+		{
+			name:    "shadow: settings not an object",
+			policy:  shadowed(&v1.PolicyShadow{Settings: &runtime.RawExtension{Raw: []byte(`[1]`)}}),
+			wantID:  "clusterwide-s",
+			wantErr: `ClusterAdmissionPolicy s|spec.shadow.settings|must be an object`,
+		},
+		{
+			name:    "shadow: a tenant's file:// module refused",
+			policy:  shadowGroup(&v1.GroupShadow{Policies: map[string]v1.PolicyShadow{"a": {Module: "file:///etc/passwd"}}}),
+			ps:      cfgPS(),
+			wantID:  "namespaced-group-ns-g",
+			wantErr: `spec.shadow.policies.a.module: value "file:///etc/passwd"|may never use file:// modules`,
+		},
+		{
+			name:   "group shadow: expression and a member's settings",
+			policy: shadowGroup(&v1.GroupShadow{Expression: "!a()", Policies: map[string]v1.PolicyShadow{"a": {Settings: &runtime.RawExtension{Raw: []byte(`{"x":1}`)}}}}),
+			ps:     cfgPS(),
+			wantID: "namespaced-group-ns-g",
+			want: `{"expression":"a()","message":"no","namespacedName":{"Name":"g","Namespace":"ns"},"policies":{"a":{"contextAwareResources":[],"hostCapabilities":[],` +
+				`"module":"registry://r/a:1","settings":{}}},"policyMode":"protect","shadow":{"expression":"!a()","policies":{"a":{"settings":{"x":1}}}}}`,
+		},
+		{
+			name:    "group shadow: a new member without a module",
+			policy:  shadowGroup(&v1.GroupShadow{Expression: "a() && b()", Policies: map[string]v1.PolicyShadow{"b": {Settings: &runtime.RawExtension{Raw: []byte(`{}`)}}}}),
+			ps:      cfgPS(),
+			wantID:  "namespaced-group-ns-g",
+			wantErr: `AdmissionPolicyGroup ns/g: spec.shadow.policies.b.module: missing: b is not a member of the serving group`,
+		},
+	}...)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id, entry, err := BuildPolicyEntry(tt.policy, tt.ps, Options{})

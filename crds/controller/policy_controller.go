@@ -526,6 +526,11 @@ func (r *policyReconciler) stageActive(ctx context.Context, p v1.Policy, id, psN
 		r.events.Event(p, corev1.EventTypeWarning, ReasonRevisionFailed, err.Error())
 		return slowPoll, nil
 	}
+	p.PolicyStatus().Shadow = shadowStatus(p, v.reports)
+	if p.PolicyStatus().Shadow != nil {
+		// Follow the candidate's divergences.
+		return reconcile.Result{RequeueAfter: shadowPollFactor * r.o.StatusPollInterval}, nil
+	}
 	if v.current < v.asked {
 		// Keep PolicyServerConfigurationUpToDate true to the replicas.
 		return slowPoll, nil
@@ -683,8 +688,9 @@ type verdict struct {
 	// mode the policy is served in, "" when no replica serves it.
 	mode string
 	// policy is the policy as a replica serving its current version reports it (module
-	// digests), nil when none does.
-	policy *status.Policy
+	// digests), nil when none does; reports has every such replica's report.
+	policy  *status.Policy
+	reports []*status.Policy
 }
 
 // policyMode is the mode the policy's status shows: the replicas' mode, unknown when no
@@ -734,8 +740,8 @@ func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
 		switch {
 		case err == nil:
 			servedBy++
-			if v.policy == nil && pol != nil {
-				v.policy = pol
+			if pol != nil {
+				v.reports = append(v.reports, pol)
 			}
 		case errors.Is(err, status.ErrOtherConfig):
 			refused := !ps.LastReload.OK && ps.LastReload.Digest == digest
@@ -746,9 +752,7 @@ func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
 			case wasActive && pol != nil && pol.Current():
 				// The policy's entry is the one this replica serves.
 				servedBy++
-				if v.policy == nil {
-					v.policy = pol
-				}
+				v.reports = append(v.reports, pol)
 			case refused:
 				// The server read the configuration and refused it as a whole: the policy
 				// cannot load until the file is fixed.
@@ -777,6 +781,9 @@ func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
 		return v
 	}
 	v.replicas = servedBy
+	if len(v.reports) > 0 {
+		v.policy = v.reports[0]
+	}
 	v.served = servedBy == v.asked && v.asked > 0
 	if !v.served {
 		v.waiting = fmt.Sprintf("%d of %d ready replicas serve policies.yml %s: waiting for %s",

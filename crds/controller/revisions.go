@@ -232,10 +232,10 @@ func (r *policyReconciler) recordRevision(ctx context.Context, p v1.Policy, serv
 		revs = append(revs, *cr)
 		cur = &revs[len(revs)-1]
 	case cur.Revision < latest:
-		// An older revision serves again (an undo): it becomes the newest, as a Deployment's
-		// ReplicaSet does, with the module it was restored with and the cause of the change.
+		// An older revision serves again (an undo): it becomes the newest, as a StatefulSet's
+		// does, with the cause of the change. Its data stays: a ControllerRevision's data is
+		// immutable, and the identity (digests and settings) is the same.
 		cur.Revision = latest + 1
-		cur.Data = runtime.RawExtension{Raw: raw}
 		if cur.Annotations == nil {
 			cur.Annotations = map[string]string{}
 		}

@@ -239,6 +239,10 @@ type PolicyStatus struct {
 	// module digest and settings) and since when; set once the policy is active.
 	// +optional
 	Revision *RevisionStatus `json:"revision,omitempty"`
+	// Shadow is what the policy server reports about spec.shadow: evaluations, divergences by
+	// kind, the last diverging requests; absent without a shadow.
+	// +optional
+	Shadow *ShadowStatus `json:"shadow,omitempty"`
 	// Audit is the last full audit pass's summary for this policy, written by `tollgate audit`
 	// (a merge patch of this field only; the controller keeps it).
 	// +optional

@@ -11,6 +11,12 @@ type ClusterAdmissionPolicySpec struct {
 	ModuleSpec   `json:",inline"`
 	RevisionSpec `json:",inline"`
 
+	// Shadow is a candidate version evaluated beside the serving one on the same requests,
+	// never answering them: status.shadow and the server's metrics report where the two
+	// answers differ (docs/operator.md, "Changing a policy safely").
+	// +optional
+	Shadow *PolicyShadow `json:"shadow,omitempty"`
+
 	// Mutating says whether the policy may mutate requests (a MutatingWebhookConfiguration);
 	// a mutation from a policy that is not mutating rejects the request.
 	Mutating bool `json:"mutating"`
@@ -60,6 +66,12 @@ type AdmissionPolicySpec struct {
 	ModuleSpec   `json:",inline"`
 	RevisionSpec `json:",inline"`
 
+	// Shadow is a candidate version evaluated beside the serving one on the same requests,
+	// never answering them: status.shadow and the server's metrics report where the two
+	// answers differ (docs/operator.md, "Changing a policy safely").
+	// +optional
+	Shadow *PolicyShadow `json:"shadow,omitempty"`
+
 	// Mutating says whether the policy may mutate requests.
 	Mutating bool `json:"mutating"`
 
@@ -107,6 +119,12 @@ type ClusterAdmissionPolicyGroupSpec struct {
 	GroupSpec    `json:",inline"`
 	RevisionSpec `json:",inline"`
 
+	// Shadow is a candidate version evaluated beside the serving one on the same requests,
+	// never answering them: status.shadow and the server's metrics report where the two
+	// answers differ (docs/operator.md, "Changing a policy safely").
+	// +optional
+	Shadow *GroupShadow `json:"shadow,omitempty"`
+
 	// Policies are the members, by name.
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=32
@@ -142,6 +160,12 @@ type AdmissionPolicyGroupSpec struct {
 	WebhookSpec  `json:",inline"`
 	GroupSpec    `json:",inline"`
 	RevisionSpec `json:",inline"`
+
+	// Shadow is a candidate version evaluated beside the serving one on the same requests,
+	// never answering them: status.shadow and the server's metrics report where the two
+	// answers differ (docs/operator.md, "Changing a policy safely").
+	// +optional
+	Shadow *GroupShadow `json:"shadow,omitempty"`
 
 	// Policies are the members, by name.
 	// +kubebuilder:validation:MinProperties=1
