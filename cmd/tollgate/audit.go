@@ -30,7 +30,6 @@ import (
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/metadata"
 	"github.com/tollgate-dev/tollgate/host/policy"
-	"github.com/tollgate-dev/tollgate/host/telemetry"
 	"github.com/tollgate-dev/tollgate/internal/kubeclient"
 )
 
@@ -166,19 +165,11 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 	}
 	f.o.Logger = log
 	// OTEL_*: a span per pass and per scope, and the policy servers' spans under them
-	tcfg, err := telemetry.FromEnv(os.LookupEnv)
+	tel, stopTelemetry, err := startTelemetry(ctx, log)
 	if err != nil {
 		return err
 	}
-	tel, err := telemetry.New(ctx, tcfg, telemetry.Options{Logger: log.With("component", "telemetry"), ServiceVersion: version})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		tel.Shutdown(sctx)
-	}()
+	defer stopTelemetry()
 	f.o.Tracer = tel.Tracer()
 	for _, file := range f.extraCAs {
 		b, err := os.ReadFile(file)

@@ -112,5 +112,12 @@ func runController(cmd *cobra.Command, f *controllerFlags) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// OTEL_*: a span per reconcile
+	tel, stopTelemetry, err := startTelemetry(ctx, o.Logger)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	o.Tracer = tel.Tracer()
 	return controller.Run(ctx, o)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure the controller. The zero value of a field means its default.
@@ -48,6 +50,9 @@ type Options struct {
 	StatusPollInterval time.Duration
 	// Logger receives the controller's structured logs.
 	Logger *slog.Logger
+	// Tracer, when set, traces each reconcile (a span per reconcile: kind, namespace, name,
+	// error, requeue). Nil: no tracing.
+	Tracer trace.Tracer
 }
 
 // DefaultSkipNamespaces are the namespaces cluster-wide policies leave out by default: the

@@ -195,7 +195,7 @@ func (r *policyReconciler) setupWithManager(mgr ctrl.Manager) error {
 		Watches(&admv1.ValidatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.mapWebhook)).
 		Watches(&admv1.MutatingWebhookConfiguration{}, handler.EnqueueRequestsFromMapFunc(r.mapWebhook)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapCASecret)).
-		Complete(r)
+		Complete(traced(r, r.o.Tracer, r.kind))
 }
 
 // specOrDeletionChanged lets through the PolicyServer updates that matter to its policies: a

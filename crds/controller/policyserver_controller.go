@@ -104,7 +104,7 @@ func (r *PolicyServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.mapSecret),
 		builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool { return obj.GetNamespace() == r.Options.Namespace })))
 	b = b.WatchesRawSource(source.Channel(r.Certs.recheck, handler.EnqueueRequestsFromMapFunc(r.allPolicyServers)))
-	return b.Complete(r)
+	return b.Complete(traced(r, r.Options.Tracer, "PolicyServer"))
 }
 
 // mapPolicyToServer maps a policy to the PolicyServer that serves it.
