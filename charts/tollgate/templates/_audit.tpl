@@ -49,6 +49,9 @@ containers:
         valueFrom:
           fieldRef:
             fieldPath: metadata.namespace
+      {{- with include "tollgate.telemetryEnv" . }}
+      {{- . | nindent 6 }}
+      {{- end }}
     {{- if $watch }}
     ports:
       - name: metrics

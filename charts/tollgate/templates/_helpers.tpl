@@ -47,3 +47,25 @@ app.kubernetes.io/component: controller
 {{- $ps := .Values.policyServer.image -}}
 {{- printf "%s:%s" (default .Values.image.repository $ps.repository) (default (default .Chart.AppVersion .Values.image.tag) $ps.tag) -}}
 {{- end -}}
+
+{{- /* tollgate.telemetryEnv is the OTEL_* environment of Kubewarden's telemetry values
+(telemetry.tracing, telemetry.metrics, telemetry.custom.endpoint and .insecure), for the
+controller, the audit and the PolicyServer: OTLP over gRPC to the collector; nothing when both
+are off. */ -}}
+{{- define "tollgate.telemetryEnv" -}}
+{{- $t := .Values.telemetry -}}
+{{- if or $t.tracing $t.metrics -}}
+{{- $ep := required "telemetry.custom.endpoint: the OTLP/gRPC endpoint of a collector is required with telemetry.tracing or telemetry.metrics" $t.custom.endpoint -}}
+{{- if not (regexMatch "^https?://" $ep) -}}
+{{- $ep = printf "%s://%s" (ternary "http" "https" $t.custom.insecure) $ep -}}
+{{- end }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $ep | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: grpc
+- name: OTEL_TRACES_EXPORTER
+  value: {{ ternary "otlp" "none" $t.tracing | quote }}
+- name: OTEL_METRICS_EXPORTER
+  value: {{ ternary "otlp" "prometheus" $t.metrics | quote }}
+{{- end -}}
+{{- end -}}
