@@ -3,6 +3,7 @@ package fastjson
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -72,6 +73,11 @@ var stringCases = []string{
 func TestScanString(t *testing.T) {
 	for _, c := range stringCases {
 		checkString(t, []byte(c))
+	}
+	// A decoder calls it once per string: it allocates nothing.
+	q := []byte(`{"k":"a\u00e9\n` + strings.Repeat("x", 40) + `"}`)
+	if n := testing.AllocsPerRun(100, func() { ScanString(q, 5) }); n != 0 {
+		t.Errorf("ScanString allocates %v times", n)
 	}
 	for _, i := range []int{-1, 2, 3} {
 		if _, _, ok := ScanString([]byte(`"a"`), i); ok {

@@ -76,6 +76,8 @@ type scanner struct {
 	b    []byte
 	lens []int32
 	esc  []bool
+	// escaped is what esc records of the last string checked.
+	escaped bool
 }
 
 // document checks that b is one value with only whitespace around it.
@@ -207,6 +209,7 @@ func (s *scanner) str(i int) (int, bool) {
 			if s.esc != nil {
 				s.esc[start] = escaped
 			}
+			s.escaped = escaped
 			return i + 1, true
 		case c < 0x20:
 			return 0, false
@@ -307,13 +310,11 @@ func ScanString(b []byte, i int) (end int, escaped, ok bool) {
 	if i < 0 || i >= len(b) || b[i] != '"' {
 		return 0, false, false
 	}
-	var esc [1]bool
-	s := scanner{b: b[i:], esc: esc[:]}
-	n, ok := s.str(0)
-	if !ok {
+	s := scanner{b: b}
+	if end, ok = s.str(i); !ok {
 		return 0, false, false
 	}
-	return i + n, esc[0], true
+	return end, s.escaped, true
 }
 
 // StringEnd returns the offset after the string starting at b[i] (a quote),

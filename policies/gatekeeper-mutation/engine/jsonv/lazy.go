@@ -166,37 +166,10 @@ func checkLiteral(b []byte, i int, lit string) (int, bool) {
 }
 
 // checkString returns the end of the string at b[i], with the parser's
-// rules: no control characters, valid escapes.
+// rules (no control characters, valid escapes), which are sdk/fastjson's.
 func checkString(b []byte, i int) (int, bool) {
-	for i++; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1, true
-		case c < 0x20:
-			return 0, false
-		case c == '\\':
-			i++
-			if i >= len(b) {
-				return 0, false
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if len(b)-i < 5 {
-					return 0, false
-				}
-				for _, h := range b[i+1 : i+5] {
-					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
-						return 0, false
-					}
-				}
-				i += 4
-			default:
-				return 0, false
-			}
-		}
-	}
-	return 0, false
+	end, _, ok := fastjson.ScanString(b, i)
+	return end, ok
 }
 
 // checkNumber returns the end of the number at b[i], refusing what the
