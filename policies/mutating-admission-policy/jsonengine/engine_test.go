@@ -145,6 +145,19 @@ var testCases = []struct {
 	{"apply: quantities and labels", policyYAML("", ac(`Object{metadata: Object.metadata{labels: {"team": "a"}}, spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{containers: [Object.spec.template.spec.containers{name: "app", resources: Object.spec.template.spec.containers.resources{limits: {"cpu": "1000m"}}}]}}}}`)), []testRequest{
 		{op: "CREATE", object: deploymentYAML, want: `"cpu":"1"`},
 	}},
+	{"typed: omitzero, zero values and dropped empties as CEL sees them", policyYAML("", ac(`Object{metadata: Object.metadata{annotations: {"ts": string(has(object.metadata.creationTimestamp)), "status": string(has(object.status)), "labels": string(has(object.metadata.labels))}}}`)), []testRequest{
+		{op: "CREATE", object: podYAML, want: `"ts":"false"`},
+		{op: "CREATE", object: strings.Replace(podYAML, "labels: {app: web}", "labels: {}", 1), want: `"labels":"false"`},
+		{op: "CREATE", object: deploymentYAML, want: `"ts":"true"`},
+	}},
+	{"typed: numbers must fit the field's Go type", policyYAML("", jp(`[JSONPatch{op: "replace", path: "/spec/replicas", value: object.metadata.name == "api" ? dyn(2.5) : dyn(5000000000)}]`)+
+		jp(`[JSONPatch{op: "replace", path: "/spec/template/spec/containers/0/ports", value: [{"containerPort": "80"}]}]`)), []testRequest{
+		{op: "CREATE", object: deploymentYAML, want: "cannot unmarshal number 2.5 into Go struct field DeploymentSpec.spec.replicas of type int32"},
+		{op: "CREATE", object: strings.Replace(deploymentYAML, "name: api,", "name: api2,", 1), want: "number 5000000000"},
+	}},
+	{"typed: a value of the wrong type", policyYAML("", jp(`[JSONPatch{op: "add", path: "/spec/template/spec/containers/0/ports", value: [{"containerPort": "80"}]}]`)), []testRequest{
+		{op: "CREATE", object: deploymentYAML, want: "cannot unmarshal string into Go struct field"},
+	}},
 	{"cost limit", policyYAML("", jp(`[JSONPatch{op: "add", path: "/metadata/labels/n", value: string([1,2,3,4,5,6,7,8,9,10].map(a, [1,2,3,4,5,6,7,8,9,10].map(b, [1,2,3,4,5,6,7,8,9,10].map(c, [1,2,3,4,5,6,7,8,9,10].map(d, [1,2,3,4,5,6,7,8,9,10].map(e, [1,2,3,4,5,6,7,8,9,10].map(f, a*b*c*d*e*f)))))).size())}]`)), []testRequest{
 		{op: "CREATE", object: podYAML, want: "operation cancelled: actual cost limit exceeded"},
 	}},

@@ -19,9 +19,11 @@ import (
 // encodes it again for CEL (runtime.DefaultUnstructuredConverter) and for
 // JSON patches: unknown fields are dropped (rejected when a JSON patch's
 // result is decoded, strictly), absent fields take their zero value, which
-// is written back unless the field is omitempty (status: {}, resources: {},
-// creationTimestamp: null), empty omitempty fields disappear (labels: {}),
-// quantities and times are written in their canonical form. roundTrip does
+// is written back unless the field is omitempty (status: {}, resources: {})
+// or omitzero and zero (creationTimestamp), empty omitempty fields disappear
+// (labels: {}), quantities and times are written in their canonical form,
+// numbers must fit the field's Go type, and a value of the wrong type is
+// refused with encoding/json's message (the Go struct and type named). roundTrip does
 // the same on unstructured content from typed_kinds.json, the description
 // of client-go v0.36.6's Go types that TestTypedTableUpToDate generates.
 
@@ -39,27 +41,34 @@ type typeField struct {
 	name      string
 	typ       int
 	omitempty bool
+	omitzero  bool
 	inline    bool
 }
 
 var typedTable struct {
-	once  sync.Once
-	err   error
-	kinds map[string]int
-	nodes []typeNode
+	once    sync.Once
+	err     error
+	kinds   map[string]int
+	nodes   []typeNode
+	goTypes []string // reflect's String() of each node's Go type
 }
 
 func loadTyped() error {
 	typedTable.once.Do(func() {
 		var raw struct {
-			Kinds map[string]int    `json:"kinds"`
-			Types []json.RawMessage `json:"types"`
+			Kinds   map[string]int    `json:"kinds"`
+			GoTypes []string          `json:"goTypes"`
+			Types   []json.RawMessage `json:"types"`
 		}
 		if err := json.Unmarshal(typedKindsJSON, &raw); err != nil {
 			typedTable.err = fmt.Errorf("typed_kinds.json: %w", err)
 			return
 		}
-		typedTable.kinds = raw.Kinds
+		if len(raw.GoTypes) != len(raw.Types) {
+			typedTable.err = fmt.Errorf("typed_kinds.json: %d Go type names for %d types", len(raw.GoTypes), len(raw.Types))
+			return
+		}
+		typedTable.kinds, typedTable.goTypes = raw.Kinds, raw.GoTypes
 		typedTable.nodes = make([]typeNode, len(raw.Types))
 		for i, t := range raw.Types {
 			var entry []json.RawMessage
@@ -85,6 +94,7 @@ func loadTyped() error {
 					_ = json.Unmarshal(parts[1], &tf.typ)
 					_ = json.Unmarshal(parts[2], &flags)
 					tf.omitempty, tf.inline = strings.Contains(flags, "o"), strings.Contains(flags, "i")
+					tf.omitzero = strings.Contains(flags, "z")
 					n.fields = append(n.fields, tf)
 				}
 			}
@@ -112,7 +122,7 @@ func roundTripObject(obj map[string]any, group, version, kind string, strict boo
 		return obj, nil
 	}
 	var unknown []string
-	out, err := roundTrip(obj, i, "", &unknown)
+	out, err := roundTrip(obj, i, "", errContext{}, &unknown)
 	if err != nil {
 		return nil, err
 	}
@@ -139,17 +149,24 @@ func structFields(t int) []typeField {
 	return out
 }
 
+// errContext is encoding/json's context of a decoding error: the struct
+// whose field is being decoded and the path of struct fields to it (no list
+// indices, no map keys).
+type errContext struct{ strct, field string }
+
 // roundTrip gives v decoded into type t and encoded again; unknown collects
 // the paths of fields t does not have.
-func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
+func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any, error) {
 	n := &typedTable.nodes[t]
 	switch n.kind {
 	case "s":
 		in, ok := v.(map[string]any)
 		if !ok && v != nil {
-			return nil, typeError(v, path, "object")
+			return nil, typeError(v, t, ec)
 		}
 		fields := structFields(t)
+		name := typedTable.goTypes[t]
+		name = name[strings.LastIndex(name, ".")+1:]
 		known := make(map[string]bool, len(fields))
 		out := make(map[string]any, len(fields))
 		for _, f := range fields {
@@ -158,13 +175,13 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 			var val any
 			if present && fv != nil {
 				var err error
-				if val, err = roundTrip(fv, f.typ, join(path, f.name), unknown); err != nil {
+				if val, err = roundTrip(fv, f.typ, join(path, f.name), errContext{strct: name, field: join(ec.field, f.name)}, unknown); err != nil {
 					return nil, err
 				}
 			} else {
 				val = zero(f.typ)
 			}
-			if f.omitempty && isEmpty(val, f.typ) {
+			if (f.omitempty && isEmpty(val, f.typ)) || (f.omitzero && isZero(val, f.typ)) {
 				continue
 			}
 			out[f.name] = val
@@ -184,14 +201,14 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 		if v == nil {
 			return nil, nil
 		}
-		return roundTrip(v, n.elem, path, unknown)
+		return roundTrip(v, n.elem, path, ec, unknown)
 	case "l":
 		if v == nil {
 			return nil, nil
 		}
 		in, ok := v.([]any)
 		if !ok {
-			return nil, typeError(v, path, "array")
+			return nil, typeError(v, t, ec)
 		}
 		out := make([]any, len(in))
 		for i, e := range in {
@@ -200,7 +217,7 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 				out[i] = zero(n.elem)
 				continue
 			}
-			if out[i], err = roundTrip(e, n.elem, path, unknown); err != nil {
+			if out[i], err = roundTrip(e, n.elem, path, ec, unknown); err != nil {
 				return nil, err
 			}
 		}
@@ -211,7 +228,7 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 		}
 		in, ok := v.(map[string]any)
 		if !ok {
-			return nil, typeError(v, path, "object")
+			return nil, typeError(v, t, ec)
 		}
 		out := make(map[string]any, len(in))
 		for k, e := range in {
@@ -220,7 +237,7 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 				continue
 			}
 			var err error
-			if out[k], err = roundTrip(e, n.elem, join(path, k), unknown); err != nil {
+			if out[k], err = roundTrip(e, n.elem, join(path, k), ec, unknown); err != nil {
 				return nil, err
 			}
 		}
@@ -229,33 +246,32 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 		if s, ok := v.(string); ok {
 			return s, nil
 		}
-		return nil, typeError(v, path, "string")
+		return nil, typeError(v, t, ec)
 	case "bool":
 		if b, ok := v.(bool); ok {
 			return b, nil
 		}
-		return nil, typeError(v, path, "bool")
+		return nil, typeError(v, t, ec)
 	case "int", "uint":
-		switch x := v.(type) {
-		case int64:
-			if n.kind == "uint" && x < 0 {
-				return nil, typeError(v, path, "number")
-			}
+		if x, ok := v.(int64); ok && fitsInt(x, n.kind == "uint", typedTable.goTypes[t]) {
 			return x, nil
 		}
-		return nil, typeError(v, path, "number")
+		return nil, typeError(v, t, ec)
 	case "float":
 		switch x := v.(type) {
 		case int64:
 			return float64(x), nil
 		case float64:
+			if typedTable.goTypes[t] == "float32" && math.Abs(x) > math.MaxFloat32 {
+				return nil, typeError(v, t, ec)
+			}
 			return x, nil
 		}
-		return nil, typeError(v, path, "number")
+		return nil, typeError(v, t, ec)
 	case "bytes":
 		s, ok := v.(string)
 		if !ok {
-			return nil, typeError(v, path, "string")
+			return nil, typeError(v, t, ec)
 		}
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil {
@@ -265,7 +281,7 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 	case "time", "microtime":
 		s, ok := v.(string)
 		if !ok {
-			return nil, typeError(v, path, "string")
+			return nil, typeError(v, t, ec)
 		}
 		layout := time.RFC3339
 		if n.kind == "microtime" {
@@ -290,7 +306,7 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 		case float64:
 			q, err = resource.ParseQuantity(fmt.Sprint(x))
 		default:
-			return nil, typeError(v, path, "string")
+			return nil, typeError(v, t, ec)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %v", path, err)
@@ -298,18 +314,18 @@ func roundTrip(v any, t int, path string, unknown *[]string) (any, error) {
 		return q.String(), nil
 	case "intorstr":
 		switch x := v.(type) {
-		case string, int64:
+		case string:
 			return x, nil
-		case float64:
-			if x == math.Trunc(x) {
-				return int64(x), nil
+		case int64:
+			if fitsInt(x, false, "int32") {
+				return x, nil
 			}
 		}
-		return nil, typeError(v, path, "int or string")
+		return nil, typeError(v, t, ec)
 	case "duration":
 		s, ok := v.(string)
 		if !ok {
-			return nil, typeError(v, path, "string")
+			return nil, typeError(v, t, ec)
 		}
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -336,8 +352,44 @@ func join(path, name string) string {
 	return path + "." + name
 }
 
-func typeError(v any, path, want string) error {
-	return fmt.Errorf("json: cannot unmarshal %s into Go struct field %s of type %s", jsonTypeName(v), path, want)
+// typeError is encoding/json's UnmarshalTypeError for v decoded into type t
+// (a number that does not fit an integer or float type is quoted).
+//
+// Times and durations decode a string first, an int-or-string an int32 when
+// it is not a string: their errors name that type.
+func typeError(v any, t int, ec errContext) error {
+	value, typ := jsonTypeName(v), typedTable.goTypes[t]
+	switch typedTable.nodes[t].kind {
+	case "time", "microtime", "duration":
+		typ = "string"
+	case "intorstr":
+		typ = "int32"
+	}
+	switch typ {
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
+		if value == "number" {
+			lit, _ := json.Marshal(v)
+			value += " " + string(lit)
+		}
+	}
+	if ec.strct == "" && ec.field == "" {
+		return fmt.Errorf("json: cannot unmarshal %s into Go value of type %s", value, typ)
+	}
+	return fmt.Errorf("json: cannot unmarshal %s into Go struct field %s.%s of type %s", value, ec.strct, ec.field, typ)
+}
+
+// fitsInt: x fits the Go integer type named goType (int8 ... uint64).
+func fitsInt(x int64, unsigned bool, goType string) bool {
+	bits := 64
+	for _, b := range []int{8, 16, 32} {
+		if strings.HasSuffix(goType, fmt.Sprint(b)) {
+			bits = b
+		}
+	}
+	if unsigned {
+		return x >= 0 && (bits == 64 || x < int64(1)<<bits)
+	}
+	return bits == 64 || (x >= -(int64(1)<<(bits-1)) && x < int64(1)<<(bits-1))
 }
 
 func jsonTypeName(v any) string {
@@ -364,7 +416,7 @@ func zero(t int) any {
 		out := map[string]any{}
 		for _, f := range structFields(t) {
 			val := zero(f.typ)
-			if f.omitempty && isEmpty(val, f.typ) {
+			if (f.omitempty && isEmpty(val, f.typ)) || f.omitzero {
 				continue
 			}
 			out[f.name] = val
@@ -386,6 +438,31 @@ func zero(t int) any {
 		return "0s"
 	}
 	return nil // pointers, lists, maps, bytes, times, raw
+}
+
+// isZero is encoding/json's omitzero test (the value's IsZero method, or
+// the Go zero value) on an encoded value of type t.
+func isZero(v any, t int) bool {
+	n := &typedTable.nodes[t]
+	switch n.kind {
+	case "s":
+		m, _ := v.(map[string]any)
+		for _, f := range structFields(t) {
+			if fv, ok := m[f.name]; ok && !isZero(fv, f.typ) {
+				return false
+			}
+		}
+		return true
+	case "l", "m", "p", "raw", "bytes", "time", "microtime":
+		return v == nil // a time's IsZero: encoded as null
+	case "quantity":
+		return v == "0" || v == nil
+	case "intorstr":
+		return v == int64(0) || v == nil
+	case "duration":
+		return v == "0s" || v == nil
+	}
+	return isEmpty(v, t)
 }
 
 // isEmpty is encoding/json's omitempty test on the Go value behind an

@@ -55,9 +55,10 @@ func generateTypedTable(t *testing.T) []byte {
 		kinds[gvk.Group+"/"+gvk.Version+"/"+gvk.Kind] = g.add(typ)
 	}
 	out, err := json.Marshal(struct {
-		Kinds map[string]int `json:"kinds"`
-		Types [][]any        `json:"types"`
-	}{kinds, g.types})
+		Kinds   map[string]int `json:"kinds"`
+		GoTypes []string       `json:"goTypes"`
+		Types   [][]any        `json:"types"`
+	}{kinds, g.goTypes, g.types})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +67,9 @@ func generateTypedTable(t *testing.T) []byte {
 }
 
 type typeGen struct {
-	index map[reflect.Type]int
-	types [][]any
+	index   map[reflect.Type]int
+	types   [][]any
+	goTypes []string // reflect's String() of each type, for decoding errors
 }
 
 var (
@@ -83,7 +85,8 @@ var (
 // add gives the index of typ's entry, adding it (and what it refers to).
 // Entries: [kindName] for scalars and values kept as they are, ["p"|"l"|"m",
 // elem] for pointers, slices and maps, ["s", [name, type, flags]...] for
-// structs, where flags has "o" for omitempty and "i" for inline.
+// structs, where flags has "o" for omitempty, "z" for omitzero and "i" for
+// inline.
 func (g *typeGen) add(typ reflect.Type) int {
 	if i, ok := g.index[typ]; ok {
 		return i
@@ -91,6 +94,7 @@ func (g *typeGen) add(typ reflect.Type) int {
 	i := len(g.types)
 	g.index[typ] = i
 	g.types = append(g.types, nil)
+	g.goTypes = append(g.goTypes, typ.String())
 	g.types[i] = g.describe(typ)
 	return i
 }
@@ -150,6 +154,9 @@ func (g *typeGen) describe(typ reflect.Type) []any {
 			flags := ""
 			if strings.Contains(","+opts+",", ",omitempty,") {
 				flags += "o"
+			}
+			if strings.Contains(","+opts+",", ",omitzero,") {
+				flags += "z"
 			}
 			if strings.Contains(","+opts+",", ",inline,") || (f.Anonymous && name == "") {
 				flags += "i"
