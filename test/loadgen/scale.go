@@ -29,7 +29,7 @@ type scalePolicy struct {
 // scaleMix is issue 15's item 7: 50 policies, a mix of TinyGo examples
 // (Kubewarden's `-target=wasi` build and `wasi-legacy`), a standard-Go
 // example and the built-in modules, each with settings of its own.
-func scaleMix(root string) ([]scalePolicy, error) {
+func scaleMix(root, mapModule, mapSettings, mapVary string) ([]scalePolicy, error) {
 	file := func(dir string) string { return "file://" + filepath.Join(root, dir, "policy.wasm") }
 	readJSON := func(rel string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(root, rel))
@@ -66,6 +66,12 @@ func scaleMix(root string) ([]scalePolicy, error) {
 		ps = append(ps, scalePolicy{id: fmt.Sprintf("registries-%d", i), module: file("examples/go-image-registries"),
 			settings: fmt.Sprintf(`{"allowedRegistries":["docker.io","ghcr.io/acme","registry.k8s.io","quay.io/team-%d"]}`, i)})
 	}
+	var custom string
+	if mapSettings != "" {
+		if custom, err = readJSON(mapSettings); err != nil {
+			return nil, err
+		}
+	}
 	// The MutatingAdmissionPolicy built-in: 4 distinct settings, 8 policies.
 	for i := 0; i < 8; i++ {
 		s := sidecar
@@ -73,7 +79,10 @@ func scaleMix(root string) ([]scalePolicy, error) {
 			s = authz
 		}
 		s = strings.ReplaceAll(s, "mesh/proxy:v1.0.0", fmt.Sprintf("mesh/proxy:v1.0.%d", i%4))
-		ps = append(ps, scalePolicy{id: fmt.Sprintf("map-%d", i), module: "builtin://mutating-admission-policy", settings: s, mutating: true})
+		if custom != "" {
+			s = strings.ReplaceAll(custom, mapVary, fmt.Sprintf("%s-%d", mapVary, i%4))
+		}
+		ps = append(ps, scalePolicy{id: fmt.Sprintf("map-%d", i), module: mapModule, settings: s, mutating: true})
 	}
 	// The gatekeeper-mutation built-in: 6 policies, 3 distinct settings.
 	for i := 0; i < 6; i++ {
@@ -99,6 +108,9 @@ func scale(args []string) error {
 	hold := fs.Duration("hold", 0, "keep the last warm server running this long (its PID printed), to inspect it")
 	settle := fs.Duration("settle", time.Second, "after a warm start, measure the memory again this much later (the server gives back what loading freed)")
 	only := fs.String("only", "", "comma-separated policy id prefixes to keep (labels, caps, registries, map, gk)")
+	mapModule := fs.String("map-module", "builtin://mutating-admission-policy", "the module of the MAP policies (e.g. file:///abs/path/policy.wasm to measure another build)")
+	mapSettings := fs.String("map-settings", "", "settings of the MAP policies instead of the sidecar/authz mix (a file under -root)")
+	mapVary := fs.String("map-vary", "payments", "with -map-settings: a string of the settings made distinct (s-0 ... s-3) for 4 distinct settings")
 	fs.DurationVar(&readyTimeout, "ready-timeout", readyTimeout, "how long a start may take to /readiness 200 (a cold start on a busy machine takes minutes)")
 	fs.Parse(args)
 
@@ -106,7 +118,7 @@ func scale(args []string) error {
 	if err != nil {
 		return err
 	}
-	mix, err := scaleMix(absRoot)
+	mix, err := scaleMix(absRoot, *mapModule, *mapSettings, *mapVary)
 	if err != nil {
 		return err
 	}
