@@ -625,7 +625,7 @@ func TestOperatorControllerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("new controller pod %s holds the Lease %s/%s (%s) %v after the old one was deleted", pods[0].Name, controllerNS, leaseName, leader, time.Since(begin).Round(time.Millisecond))
-	pass, err := op.waitFirstPass(ctx, metricsAddr, 2*time.Minute)
+	pass, err := waitFirstPass(ctx, op.dyn, metricsAddr, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1366,10 +1366,10 @@ func waitLeader(ctx context.Context, cs kubernetes.Interface, pod string, timeou
 // work (workqueue_depth) and no worker is busy (controller_runtime_active_workers), at one scrape.
 // It does not wait for reconciles to stop: the certificates' short lifetimes in this test and the
 // Deployments' status keep some coming. It returns the counts it saw.
-func (op *operator) waitFirstPass(ctx context.Context, addr string, timeout time.Duration) (string, error) {
+func waitFirstPass(ctx context.Context, dyn dynamic.Interface, addr string, timeout time.Duration) (string, error) {
 	objects := map[string]int{}
 	for kind, gvr := range policyGVR {
-		l, err := op.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return "", err
 		}

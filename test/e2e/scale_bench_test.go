@@ -361,7 +361,8 @@ func (r resyncResult) String() string {
 }
 
 // restartResync records every object the controller writes, restarts the controller (a full
-// reconcile of unchanged objects), waits at least min and until it settles, and compares.
+// reconcile of unchanged objects), waits for its first pass over every object, then at least min
+// and until it settles, and compares.
 func (f *fleet) restartResync(ctx context.Context, min time.Duration) (r resyncResult) {
 	before, err := snapshot(ctx, f.dyn, f.ns)
 	if err != nil {
@@ -373,6 +374,13 @@ func (f *fleet) restartResync(ctx context.Context, min time.Duration) (r resyncR
 	}
 	start := time.Now()
 	if r.err = f.startController(ctx); r.err != nil {
+		return r
+	}
+	// The new process has done its first pass over every object before the writes are counted:
+	// a controller that reconciled nothing would write nothing, and settle would see its count
+	// (0) still.
+	if _, r.err = waitFirstPass(ctx, f.dyn, f.metrics, 3*time.Minute); r.err != nil {
+		r.err = fmt.Errorf("the restarted controller's first pass: %w", r.err)
 		return r
 	}
 	if r.reconciles, r.err = f.settle(ctx, min, 3*time.Minute); r.err != nil {
