@@ -41,6 +41,7 @@ type auditFlags struct {
 	clientCert  string
 	clientKey   string
 	policyFile  string
+	compare     bool
 	output      string
 	watch       bool
 	metricsAddr string
@@ -70,13 +71,18 @@ A policy that mentions userInfo gets a warning: audit requests have no user.
 With --policy FILE.yaml (a ClusterAdmissionPolicy or AdmissionPolicy manifest) the
 policy's module runs here, against the cluster's objects its rules match, and the results
 are printed (-o table, json or yaml); no report is written and no policy server is needed.
+With --compare too, the policy of the same kind and name in the cluster (its spec.module and
+spec.settings, run here as well) judges every object beside the candidate, and only the
+objects whose verdict or patch would change are printed: before the candidate sees any
+live traffic, even as a shadow.
 
 Exit status: 0 when the audit ran (whatever the policies said: an object a policy could
 not evaluate, or a policy server that is down, is an "error" result); 1 when the audit
 itself failed (bad flags, the cluster unreachable, a list or a report write refused).`,
 		Example: `  tollgate audit --tollgate-namespace tollgate                 # in the cluster (the chart's CronJob)
   tollgate audit --kubeconfig ~/.kube/config -n shop --disable-store -o json
-  tollgate audit --policy my-policy.yaml --kubeconfig ~/.kube/config`,
+  tollgate audit --policy my-policy.yaml --kubeconfig ~/.kube/config
+  tollgate audit --policy my-policy-v2.yaml --compare -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The audit's live heap is small (a page of objects and a namespace's results at a
@@ -117,6 +123,7 @@ itself failed (bad flags, the cluster unreachable, a list or a report write refu
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (in-cluster configuration, then the usual kubeconfig rules, when empty)")
 	fs.StringVar(&f.kubeContext, "context", "", "kubeconfig context")
 	fs.StringVar(&f.policyFile, "policy", "", "audit with this policy manifest (ClusterAdmissionPolicy or AdmissionPolicy YAML), its module run here; prints the results, writes no report")
+	fs.BoolVar(&f.compare, "compare", false, "with --policy: also run the policy of the same kind and name in the cluster (its module and settings) on every object, and print only the objects whose verdict or patch would change with the candidate")
 	fs.BoolVar(&f.watch, "watch", false, "incremental mode: after the full pass, keep watching the audited kinds and the policies; changed objects are audited at once, a policy change starts a new full pass (until SIGINT or SIGTERM)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "with --watch: serve Prometheus metrics (tollgate_audit_results{policy,result}, pass durations) on GET /metrics at this address, e.g. :9090 (default: none)")
 	fs.BoolVar(&f.o.NoStatus, "disable-status", false, "do not write status.audit (violations, errors, last audit time) on the audited policies")
@@ -189,6 +196,10 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	if f.compare && f.policyFile == "" {
+		return errors.New("--compare needs --policy: the candidate is compared with the policy of its kind and name in the cluster")
+	}
+	var cmp *compareEvaluator
 	if f.policyFile != "" {
 		f.o.NoReports = true
 		p, ev, err := localPolicy(ctx, f.policyFile, &f.rt, log)
@@ -198,6 +209,15 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 		defer ev.close(ctx)
 		f.o.Policies = []*audit.Policy{p}
 		f.o.Evaluator = ev
+		if f.compare {
+			active, err := activePolicy(ctx, cfg, p, &f.rt, log)
+			if err != nil {
+				return err
+			}
+			defer active.close(ctx)
+			cmp = &compareEvaluator{candidate: ev, active: active}
+			f.o.Evaluator = cmp
+		}
 	}
 	if f.watch {
 		if f.policyFile != "" || f.output != "" || f.o.NoReports {
@@ -225,6 +245,14 @@ func runAudit(cmd *cobra.Command, f *auditFlags) error {
 				log.Error("audit pass failed", "error", err)
 			}
 		})
+	}
+	if cmp != nil {
+		s, runErr := audit.Run(ctx, cfg, f.o)
+		if err := cmp.print(cmd.OutOrStdout(), f.output); err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.ErrOrStderr(), summaryLine(s, false)+fmt.Sprintf("; %d object(s) would change", len(cmp.changes)))
+		return runErr
 	}
 	var mu sync.Mutex
 	var results []audit.Result
@@ -338,15 +366,23 @@ func (e *localEvaluator) Evaluate(ctx context.Context, _ *audit.Policy, review [
 	if err != nil {
 		return audit.Verdict{Outcome: audit.Error, Message: err.Error()}
 	}
-	res, err := e.p.Evaluate(ctx, req)
+	v, err := e.verdict(ctx, req)
 	if err != nil {
-		return audit.Verdict{Outcome: audit.Error, Message: "evaluation failed: " + err.Error()}
+		return audit.Verdict{Outcome: audit.Error, Message: err.Error()}
 	}
-	v := res.Verdict()
 	if v.Accepted {
 		return audit.Verdict{Outcome: audit.Pass}
 	}
 	return audit.Verdict{Outcome: audit.Fail, Message: v.Message}
+}
+
+// verdict is the policy's whole answer to req (with its patch).
+func (e *localEvaluator) verdict(ctx context.Context, req *admission.Request) (admission.Verdict, error) {
+	res, err := e.p.Evaluate(ctx, req)
+	if err != nil {
+		return admission.Verdict{}, fmt.Errorf("evaluation failed: %w", err)
+	}
+	return res.Verdict(), nil
 }
 
 func (e *localEvaluator) close(ctx context.Context) {
@@ -387,25 +423,34 @@ func localPolicy(ctx context.Context, file string, rt *runtimeFlags, log *slog.L
 	if len(obj.Webhook().Rules) == 0 {
 		return nil, nil, fmt.Errorf("policy manifest %s: spec.rules is empty: nothing to audit", file)
 	}
-	resolver := newResolver()
-	mod, err := resolver.Resolve(ctx, m.module)
+	ev, err := loadLocal(ctx, "policy manifest "+file, m.module, m.settings, rt, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("policy manifest %s: spec.module: %w", file, err)
+		return nil, nil, err
+	}
+	return audit.NewPolicy(obj), ev, nil
+}
+
+// loadLocal fetches module and loads it with settings in a host of its own; errors start with
+// what.
+func loadLocal(ctx context.Context, what, module string, settings []byte, rt *runtimeFlags, log *slog.Logger) (*localEvaluator, error) {
+	mod, err := newResolver().Resolve(ctx, module)
+	if err != nil {
+		return nil, fmt.Errorf("%s: spec.module: %w", what, err)
 	}
 	if _, err := metadata.Read(mod.Wasm); err != nil {
-		return nil, nil, fmt.Errorf("policy manifest %s: spec.module: %w", file, err)
+		return nil, fmt.Errorf("%s: spec.module: %w", what, err)
 	}
 	h, err := policy.NewHost(ctx, policy.HostOptions{CacheDir: rt.cacheDir, DisableCache: rt.noCache, Logger: log})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if rt.timeout <= 0 {
 		rt.timeout = policy.DefaultTimeout
 	}
-	p, err := h.Load(ctx, policy.Spec{ID: m.module, Module: mod.Wasm, Settings: m.settings, Timeout: rt.timeout, PoolSize: 4})
+	p, err := h.Load(ctx, policy.Spec{ID: module, Module: mod.Wasm, Settings: settings, Timeout: rt.timeout, PoolSize: 4})
 	if err != nil {
 		_ = h.Close(ctx)
-		return nil, nil, fmt.Errorf("policy manifest %s: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return audit.NewPolicy(obj), &localEvaluator{host: h, p: p}, nil
+	return &localEvaluator{host: h, p: p}, nil
 }

@@ -45,6 +45,7 @@ current-context: c
 		{[]string{"--metrics-addr", ":0"}, "--metrics-addr needs --watch"},
 		{[]string{"--watch", "--metrics-addr", "127.0.0.1:99999", "--kubeconfig", kubeconfig}, "--metrics-addr: listen tcp: address 99999: invalid port"},
 		{[]string{"--policy", "/nonexistent/p.yaml", "--kubeconfig", kubeconfig}, "/nonexistent/p.yaml"},
+		{[]string{"--compare", "--kubeconfig", kubeconfig}, "--compare needs --policy"},
 		{[]string{"--policy", policy("AdmissionPolicy", "{name: ap}", rules), "--kubeconfig", kubeconfig}, "an AdmissionPolicy needs metadata.namespace"},
 		{[]string{"--policy", policy("ClusterAdmissionPolicyGroup", "{name: g}", rules), "--kubeconfig", kubeconfig}, "a policy group cannot be run as one module"},
 		{[]string{"--policy", policy("ClusterAdmissionPolicy", "{name: norules}", ""), "--kubeconfig", kubeconfig}, "spec.rules is empty: nothing to audit"},

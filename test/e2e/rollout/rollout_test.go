@@ -310,6 +310,60 @@ func TestRollout(t *testing.T) {
 	if err != nil || !strings.Contains(out, "skipped rollback (current template already matches revision 3)") {
 		t.Fatalf("undo to the serving revision: %q %v", out, err)
 	}
+
+	// audit --compare: a candidate that also requires cost-center, against the active policy
+	// (the undone v1, from the registry again), over Pods in kube-system (a namespace the
+	// policies' webhooks skip): only the Pod the candidate would deny is listed.
+	reg.Restart(t)
+	pods := map[string]map[string]string{
+		"owner-only": {"owner": "alice", "app.kubernetes.io/name": "web"},
+		"complete":   {"owner": "alice", "app.kubernetes.io/name": "web", "cost-center": "cc1"},
+		"bare":       nil,
+	}
+	for name, labels := range pods {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/app:1"}}}}
+		if _, err := h.c.Client.CoreV1().Pods("kube-system").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	candidate := filepath.Join(h.dir, "candidate.yaml")
+	manifest := fmt.Sprintf(`apiVersion: policies.tollgate.dev/v1
+kind: ClusterAdmissionPolicy
+metadata: {name: labels}
+spec:
+  module: %s
+  settings: {mandatory_labels: [owner, cost-center]}
+  rules: [{apiGroups: [""], apiVersions: [v1], resources: [pods], operations: [CREATE]}]
+  mutating: false
+`, testfixture.Path("examples/required-labels/policy.wasm"))
+	if err := os.WriteFile(candidate, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	auditArgs := []string{"audit", "--policy", candidate, "--compare", "--kubeconfig", h.c.Kubeconfig, "--sources-path", reg.SourcesPath, "--cache-dir", filepath.Join(h.dir, "audit-cache")}
+	out, err = h.tollgate(append(auditArgs, "-o", "json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []struct {
+		Object                    struct{ Kind, Namespace, Name string }
+		Change, Active, Candidate string
+	}
+	if err := json.Unmarshal([]byte(out), &changes); err != nil {
+		t.Fatalf("audit --compare -o json: %v\n%s", err, out)
+	}
+	if len(changes) != 1 || changes[0].Object.Name != "owner-only" || changes[0].Object.Kind != "Pod" || changes[0].Change != "verdict" ||
+		changes[0].Active != "allowed" || !strings.Contains(changes[0].Candidate, "cost-center") {
+		t.Fatalf("audit --compare -o json:\n%s", out)
+	}
+	out, err = h.tollgate(auditArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAMESPACE") || !strings.Contains(lines[1], "owner-only") || !strings.Contains(lines[1], "verdict") {
+		t.Fatalf("audit --compare:\n%s", out)
+	}
 }
 
 // startServer plays the kubelet for PolicyServer "default": once the controller wrote its
