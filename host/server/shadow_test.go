@@ -286,61 +286,80 @@ wasi-panic:
 }
 
 // TestShadowQueueBound: shadow evaluations never wait beyond
-// --shadow-queue-size (one policy at most half of it): with the one shadow
-// worker held by a shadow that blocks, further requests are answered at
-// once and their shadow evaluations are dropped and counted; once it is
-// released, what was queued runs.
+// --shadow-queue-size (one policy at most half of it), nor beyond 2 x
+// --max-request-bytes of requests: with the one shadow worker held by a
+// shadow that blocks, further requests are answered at once and their shadow
+// evaluations are dropped and counted; once it is released, what was queued
+// runs.
 func TestShadowQueueBound(t *testing.T) {
-	release := make(chan struct{})
-	var started sync.Once
-	running := make(chan struct{})
-	l := newTestLoader(t)
-	l.scripts["allow"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
-		return protocol.ValidationResponse{Accepted: true}, nil
+	for _, tc := range []struct {
+		name    string
+		options func(o *config.Options)
+		body    []byte
+	}{
+		// one policy: 2 places of 4
+		{"count", func(o *config.Options) { o.ShadowQueueSize = 4 }, reviewFor("u", "CREATE", "default", pod(nil))},
+		// 2 places of 1024 bytes: two requests of 700-1024 bytes fit, a third does not
+		{"bytes", func(o *config.Options) { o.ShadowQueueSize, o.MaxRequestBytes = 64, 1024 },
+			reviewFor("u", "CREATE", "default", pod(map[string]string{"pad": strings.Repeat("x", 400)}))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "bytes" && (len(tc.body) <= 2048/3 || len(tc.body) > 1024) {
+				t.Fatalf("the request is %d bytes: 683-1024 make the bytes the bound", len(tc.body))
+			}
+			release := make(chan struct{})
+			var started sync.Once
+			running := make(chan struct{})
+			l := newTestLoader(t)
+			l.scripts["allow"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
+				return protocol.ValidationResponse{Accepted: true}, nil
+			}
+			l.scripts["block"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
+				started.Do(func() { close(running) })
+				<-release
+				return protocol.ValidationResponse{Accepted: true}, nil
+			}
+			h := start(t, harnessOpts{loader: l, policies: "p:\n  module: script://allow\n  shadow: {module: script://block}\n", options: func(o *config.Options) {
+				o.Workers, o.ShadowWorkers = 2, 1
+				tc.options(o)
+			}})
+			defer close(release) // before the harness's Shutdown
+			shadowsReady(t, h, "p")
+			if code, r := h.review("/validate/p", tc.body); code != 200 || !r.Allowed {
+				t.Fatalf("HTTP %d %+v", code, r)
+			}
+			select {
+			case <-running:
+			case <-time.After(time.Minute):
+				t.Fatal("the shadow did not start")
+			}
+			const n = 10
+			for i := range n {
+				t0 := time.Now()
+				if code, r := h.review("/validate/p", tc.body); code != 200 || !r.Allowed {
+					t.Fatalf("request %d: HTTP %d %+v", i, code, r)
+				}
+				if took := time.Since(t0); took > 10*time.Second {
+					t.Errorf("request %d waited %v for a shadow", i, took)
+				}
+			}
+			if ev, _, drop := shadowTotals(t, h, "p"); ev != 0 || drop[dropQueueFull] != n-2 {
+				t.Fatalf("evaluations %v, dropped %v; want %d dropped (queue_full): 1 running and 2 queued", ev, drop, n-2)
+			}
+			if sh := h.policy("p").Shadow; sh.Dropped[dropQueueFull] != n-2 {
+				t.Fatalf("/policies shadow %+v", sh)
+			}
+			release <- struct{}{} // the first one ends; the queued two run (each blocks until released)
+			release <- struct{}{}
+			release <- struct{}{}
+			eventually(t, "the queued shadow evaluations", func() string {
+				if ev, _, _ := shadowTotals(t, h, "p"); ev != 3 {
+					return fmt.Sprintf("evaluations %v, want 3", ev)
+				}
+				return ""
+			})
+		})
 	}
-	l.scripts["block"] = func(*admission.Request, []byte) (protocol.ValidationResponse, error) {
-		started.Do(func() { close(running) })
-		<-release
-		return protocol.ValidationResponse{Accepted: true}, nil
-	}
-	h := start(t, harnessOpts{loader: l, policies: "p:\n  module: script://allow\n  shadow: {module: script://block}\n", options: func(o *config.Options) {
-		o.Workers, o.ShadowWorkers, o.ShadowQueueSize = 2, 1, 4 // one policy: 2 places
-	}})
-	defer close(release) // before the harness's Shutdown
-	body := reviewFor("u", "CREATE", "default", pod(nil))
-	if code, r := h.review("/validate/p", body); code != 200 || !r.Allowed {
-		t.Fatalf("HTTP %d %+v", code, r)
-	}
-	select {
-	case <-running:
-	case <-time.After(time.Minute):
-		t.Fatal("the shadow did not start")
-	}
-	const n = 10
-	for i := range n {
-		t0 := time.Now()
-		if code, r := h.review("/validate/p", body); code != 200 || !r.Allowed {
-			t.Fatalf("request %d: HTTP %d %+v", i, code, r)
-		}
-		if took := time.Since(t0); took > 10*time.Second {
-			t.Errorf("request %d waited %v for a shadow", i, took)
-		}
-	}
-	if ev, _, drop := shadowTotals(t, h, "p"); ev != 0 || drop[dropQueueFull] != n-2 {
-		t.Fatalf("evaluations %v, dropped %v; want %d dropped (queue_full): 1 running and 2 queued", ev, drop, n-2)
-	}
-	if sh := h.policy("p").Shadow; sh.Dropped[dropQueueFull] != n-2 {
-		t.Fatalf("/policies shadow %+v", sh)
-	}
-	release <- struct{}{} // the first one ends; the queued two run (each blocks until released)
-	release <- struct{}{}
-	release <- struct{}{}
-	eventually(t, "the queued shadow evaluations", func() string {
-		if ev, _, _ := shadowTotals(t, h, "p"); ev != 3 {
-			return fmt.Sprintf("evaluations %v, want 3", ev)
-		}
-		return ""
-	})
 }
 
 // TestShadowLoadFailureAndReload: a shadow that fails to load leaves the
@@ -355,6 +374,12 @@ func TestShadowLoadFailureAndReload(t *testing.T) {
 	}
 	l := newTestLoader(t)
 	h := start(t, harnessOpts{loader: l, policies: file("  shadow: {module: /no/such/policy.wasm}\n"), options: func(o *config.Options) { o.Workers = 2 }})
+	eventually(t, "the shadow's load failure", func() string {
+		if sh := h.policy("labels").Shadow; sh == nil || sh.State == status.StateLoading {
+			return fmt.Sprintf("shadow %+v", sh)
+		}
+		return ""
+	})
 	p := h.policy("labels")
 	if p.State != status.StateReady || p.Error != "" || p.Shadow == nil || p.Shadow.State != status.StateFailed ||
 		!strings.Contains(p.Shadow.Error, "/no/such/policy.wasm") {
