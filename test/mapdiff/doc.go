@@ -9,6 +9,11 @@
 // with sorted keys, without null-valued keys and without the top-level
 // apiVersion and kind, which the apiserver's typed objects lose in conversions).
 //
+// The reference defaults the policy and the binding with Kubernetes' own
+// defaulting (reference_test.go, apiDefaults), not the engine's: tried on
+// 2026-12-02, the engine's failurePolicy default set to Ignore (policy.wasm
+// rebuilt) made TestDifferential fail ("the module and Kubernetes differ").
+//
 // Cases using CEL's authorizer (authz_test.go) give the reference a table
 // authorizer that allows exactly what the settings' RBAC objects allow; the
 // RBAC decisions themselves are compared with Kubernetes' in test/rbacdiff.
