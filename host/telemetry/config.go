@@ -69,6 +69,10 @@ type Export struct {
 	Headers map[string]string
 	// Timeout bounds one export, retries included (default 10 s).
 	Timeout time.Duration
+	// Certificate is a CA file for an https:// endpoint; ClientCertificate
+	// and ClientKey a client certificate (OTEL_EXPORTER_OTLP_CERTIFICATE,
+	// _CLIENT_CERTIFICATE, _CLIENT_KEY, or the signal's own).
+	Certificate, ClientCertificate, ClientKey string
 }
 
 // Defaults of the OpenTelemetry specification (the service name excepted).
@@ -231,6 +235,9 @@ func exportFromEnv(get func(string) string, signal, path string) (Export, error)
 			e.Headers[kv.Key] = kv.Value
 		}
 	}
+	_, e.Certificate = either("CERTIFICATE")
+	_, e.ClientCertificate = either("CLIENT_CERTIFICATE")
+	_, e.ClientKey = either("CLIENT_KEY")
 	name, _ = either("TIMEOUT")
 	var err error
 	if e.Timeout, err = millis(get, name, defaultTimeout); err != nil {

@@ -12,11 +12,10 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -68,7 +67,7 @@ func New(ctx context.Context, cfg Config, o Options) (*Telemetry, error) {
 	}
 	t.res = resource.NewSchemaless(attrs...)
 	if cfg.Traces {
-		exp, err := spanExporter(ctx, cfg.TracesExport)
+		exp, err := spanExporter(ctx, cfg.TracesExport, t.res)
 		if err != nil {
 			return nil, err
 		}
@@ -100,8 +99,9 @@ func New(ctx context.Context, cfg Config, o Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// spanExporter is the OTLP exporter of e.
-func spanExporter(ctx context.Context, e Export) (sdktrace.SpanExporter, error) {
+// spanExporter is the OTLP exporter of e: tollgate's own for HTTP
+// (otlphttp.go), the SDK's for gRPC.
+func spanExporter(ctx context.Context, e Export, res *resource.Resource) (sdktrace.SpanExporter, error) {
 	var (
 		exp sdktrace.SpanExporter
 		err error
@@ -113,11 +113,7 @@ func spanExporter(ctx context.Context, e Export) (sdktrace.SpanExporter, error) 
 		}
 		exp, err = otlptracegrpc.New(ctx, opts...)
 	} else {
-		opts := []otlptracehttp.Option{otlptracehttp.WithEndpointURL(e.Endpoint), otlptracehttp.WithTimeout(e.Timeout)}
-		if len(e.Headers) > 0 {
-			opts = append(opts, otlptracehttp.WithHeaders(e.Headers))
-		}
-		exp, err = otlptracehttp.New(ctx, opts...)
+		exp, err = newHTTPExporter(e, res)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("OTLP trace exporter (%s %s): %w", e.Protocol, e.Endpoint, err)

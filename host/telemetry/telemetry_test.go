@@ -10,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/tollgate-dev/tollgate/internal/otlptest"
 )
@@ -46,7 +48,10 @@ func TestExportToReceiver(t *testing.T) {
 			rcv := tt.start(t)
 			tel := newTelemetry(t, tt.protocol, rcv.Endpoint)
 			ctx, parent := tel.Tracer().Start(context.Background(), "parent", trace.WithSpanKind(trace.SpanKindServer))
-			_, child := tel.Tracer().Start(ctx, "child", trace.WithAttributes(attribute.Bool("ok", true)))
+			_, child := tel.Tracer().Start(ctx, "child", trace.WithAttributes(attribute.Bool("ok", true), attribute.Bool("no", false),
+				attribute.Int("n", -3), attribute.Int64("big", 1<<40), attribute.Float64("f", 0.25), attribute.String("s", "é\x00z"),
+				attribute.String("empty", ""), attribute.StringSlice("list", []string{"a", "b"})))
+			child.SetStatus(codes.Error, "it failed")
 			child.End()
 			parent.End()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -60,8 +65,20 @@ func TestExportToReceiver(t *testing.T) {
 				byName[s.Name] = s
 			}
 			p, c := byName["parent"], byName["child"]
-			if c.TraceID != p.TraceID || c.ParentSpanID != p.SpanID || c.Attributes["ok"] != true || c.Scope != InstrumentationName {
+			if c.TraceID != p.TraceID || c.ParentSpanID != p.SpanID || c.Scope != InstrumentationName || p.ParentSpanID != "" {
 				t.Errorf("child %+v of parent %+v", c, p)
+			}
+			for k, v := range map[string]any{"ok": true, "no": false, "n": int64(-3), "big": int64(1 << 40), "f": 0.25, "s": "é\x00z", "empty": ""} {
+				if c.Attributes[k] != v {
+					t.Errorf("attribute %s = %#v, want %#v", k, c.Attributes[k], v)
+				}
+			}
+			if _, ok := c.Attributes["list"]; !ok {
+				t.Error("the string slice attribute is missing")
+			}
+			if p.Kind != tracepb.Span_SPAN_KIND_SERVER || c.Kind != tracepb.Span_SPAN_KIND_INTERNAL || c.StatusCode != tracepb.Status_STATUS_CODE_ERROR ||
+				p.StatusCode != tracepb.Status_STATUS_CODE_UNSET || c.Start.IsZero() || c.End.Before(c.Start) || p.End.Before(c.End) {
+				t.Errorf("kinds %v %v, status %v %v, times %v-%v in %v-%v", p.Kind, c.Kind, p.StatusCode, c.StatusCode, c.Start, c.End, p.Start, p.End)
 			}
 			if r := p.Resource; r["service.name"] != "tollgate" || r["service.version"] != "v9.9.9" || r["k8s.namespace.name"] != "kubewarden" {
 				t.Errorf("resource %v", r)
