@@ -763,6 +763,10 @@ func evaluate(ss *serverStatus, digest, id string, wasActive bool) verdict {
 			default:
 				waiting = append(waiting, fmt.Sprintf("%s serves %s", e.Addr, orNone(ps.ConfigDigest)))
 			}
+		case errors.Is(err, status.ErrNotLoaded) && pol != nil && (pol.Loading || pol.State == status.StateLoading):
+			// Still loading its new version (the previous one may serve meanwhile): not a
+			// failure, and soon done.
+			waiting = append(waiting, fmt.Sprintf("%s is still loading the policy", e.Addr))
 		case errors.Is(err, status.ErrNotLoaded) && pol != nil:
 			loadErrs = append(loadErrs, pol.Error)
 			if pol.Stale {

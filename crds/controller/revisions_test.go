@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -215,4 +216,35 @@ func TestRevisionHashAndName(t *testing.T) {
 	if n := RevisionName(strings.Repeat("a", 253), base); len(n) != 253 || !strings.HasSuffix(n, "-"+base) {
 		t.Errorf("RevisionName of a long name: %d characters %q", len(n), n)
 	}
+}
+
+// TestLoadingIsNotLoadFailed: a replica still loading the policy's new version (its previous
+// version serving meanwhile: stale, loading) leaves the policy Pending with PolicyLoading, polled
+// at the usual interval and without a Warning; it is not a failed load (which is polled 10 times
+// slower: every change of an active policy waited for it).
+func TestLoadingIsNotLoadFailed(t *testing.T) {
+	p := cap1("loading")
+	e := newEnv(t, policyServer("default"), p)
+	s := e.addServer("default")
+	id := v1.PolicyID(p.PolicyKind(), "", p.Name)
+	pol := ready(id)
+	pol.Stale, pol.Loading, pol.Error = true, true, "its version in the serving configuration is still loading"
+	s.serve(e.writeConfig("default", p), pol)
+	res := e.reconcile(p)
+	wantStage(t, p, v1.PolicyStatusPending, ReasonPolicyLoading)
+	if res.RequeueAfter != 500*time.Millisecond {
+		t.Errorf("requeue after %v, want the poll interval", res.RequeueAfter)
+	}
+	for _, ev := range e.events() {
+		if strings.HasPrefix(ev, "Warning") {
+			t.Errorf("event %q while the policy loads", ev)
+		}
+	}
+
+	// Its first load (nothing serves it yet): the same.
+	pol = ready(id)
+	pol.State = status.StateLoading
+	s.serve(e.writeConfig("default", p), pol)
+	e.reconcile(p)
+	wantStage(t, p, v1.PolicyStatusPending, ReasonPolicyLoading)
 }
