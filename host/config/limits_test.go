@@ -16,6 +16,8 @@ func TestValidateLimits(t *testing.T) {
 		{func(o *Options) { o.PolicyWorkers = 5 }, "--policy-workers=5: invalid configuration: must be 0 (the default) to --workers (2)"},
 		{func(o *Options) { o.PolicyWorkers = -1 }, "--policy-workers=-1"},
 		{func(o *Options) { o.PolicyQueueSize = -3 }, "--policy-queue-size=-3: invalid configuration: must be >= 0"},
+		{func(o *Options) { o.ShadowWorkers = 3 }, "--shadow-workers=3: invalid configuration: must be 0 (the default) to --workers (2)"},
+		{func(o *Options) { o.ShadowQueueSize = -1 }, "--shadow-queue-size=-1: invalid configuration: must be 0 (the default) to 65536"},
 		{func(o *Options) { o.MaxRequestBytesInFlight = 1000 }, "--max-request-bytes-in-flight=1000: invalid configuration: must be 0 (the default) or at least --max-request-bytes (3145728)"},
 		{func(o *Options) { o.MaxConnections = 0 }, "--max-connections=0: invalid configuration: must be at least 1"},
 		{func(o *Options) { o.InstanceRecycleGrowth = -1 }, "--instance-recycle-growth=-1: invalid configuration: must be >= 0 (0: never)"},
@@ -40,5 +42,13 @@ func TestValidateLimits(t *testing.T) {
 	o.Workers, o.PolicyWorkers, o.MaxRequestBytesInFlight = 4, 4, o.MaxRequestBytes
 	if err := o.Validate(); err != nil {
 		t.Errorf("valid limits refused: %v", err)
+	}
+	// the shadow defaults: a quarter of the workers (at least 1), 16 places per shadow worker
+	for _, tt := range []struct{ workers, shadowWorkers, want, wantQueue int }{{1, 0, 1, 16}, {2, 0, 1, 16}, {8, 0, 2, 32}, {8, 8, 8, 128}} {
+		o := Defaults()
+		o.Workers, o.ShadowWorkers = tt.workers, tt.shadowWorkers
+		if got, q := o.EffectiveShadowWorkers(), o.EffectiveShadowQueueSize(); got != tt.want || q != tt.wantQueue || o.Validate() != nil {
+			t.Errorf("workers %d, shadow workers %d: %d shadow workers, queue %d, %v; want %d, %d", tt.workers, tt.shadowWorkers, got, q, o.Validate(), tt.want, tt.wantQueue)
+		}
 	}
 }
