@@ -1,11 +1,13 @@
 package rollout
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -169,37 +171,87 @@ func History(ctx context.Context, c client.Reader, p v1.Policy) ([]Revision, err
 	return out, nil
 }
 
-// Target picks the revision an undo restores: number to (0: the one before the serving one, or
-// before the newest when the policy names none). skip is true when the policy serves it already.
+// Target picks the revision an undo restores: number to, or (0) the newest revision that is not
+// what the spec holds now: the revision before the one the spec was set to, as kubectl's
+// "previous revision", also when the controller has not recorded the spec's revision yet (an
+// undo right after another). skip is true when the spec already holds revision to.
 func Target(p v1.Policy, revs []Revision, to int64) (target Revision, skip bool, err error) {
 	if len(revs) == 0 {
 		return Revision{}, false, fmt.Errorf("%w: no rollout history found for %s", ErrNotFound, Ref(p))
 	}
-	cur := len(revs) - 1
-	for i, r := range revs {
-		if r.Current {
-			cur = i
-		}
-	}
 	if to == 0 {
-		// The newest revision below the serving one.
-		best := -1
-		for i, r := range revs {
-			if r.Number < revs[cur].Number && (best < 0 || r.Number > revs[best].Number) {
-				best = i
+		for i := len(revs) - 1; i >= 0; i-- {
+			if !SpecHolds(p, revs[i].Data) {
+				return revs[i], false, nil
 			}
 		}
-		if best < 0 {
-			return Revision{}, false, fmt.Errorf("%w: %s has no revision before %d to roll back to", ErrNotFound, Ref(p), revs[cur].Number)
-		}
-		return revs[best], false, nil
+		return Revision{}, false, fmt.Errorf("%w: every revision of %s is what its spec holds: nothing to roll back to", ErrNotFound, Ref(p))
 	}
 	for _, r := range revs {
 		if r.Number == to {
-			return r, r.Current, nil
+			return r, SpecHolds(p, r.Data), nil
 		}
 	}
 	return Revision{}, false, fmt.Errorf("%w: unable to find the specified revision %d in the history of %s", ErrNotFound, to, Ref(p))
+}
+
+// SpecHolds reports whether p's spec holds revision d: the same module (as recorded, or pinned
+// as an undo writes it) and the same settings, for the policy or each member of a group.
+func SpecHolds(p v1.Policy, d v1.RevisionData) bool {
+	holds := func(m v1.ModuleSpec, r v1.RevisionModule) bool {
+		if m.Module != r.Module && m.Module != PinnedModule(r) {
+			return false
+		}
+		return sameJSON(m.Settings.Raw, r.Settings)
+	}
+	members := func(spec map[string]v1.ModuleSpec) bool {
+		if len(spec) != len(d.Policies) {
+			return false
+		}
+		for n, m := range spec {
+			r, ok := d.Policies[n]
+			if !ok || !holds(m, r) {
+				return false
+			}
+		}
+		return true
+	}
+	switch p := p.(type) {
+	case *v1.ClusterAdmissionPolicy:
+		return d.Policies == nil && holds(p.Spec.ModuleSpec, d.RevisionModule)
+	case *v1.AdmissionPolicy:
+		return d.Policies == nil && holds(p.Spec.ModuleSpec, d.RevisionModule)
+	case *v1.ClusterAdmissionPolicyGroup:
+		spec := map[string]v1.ModuleSpec{}
+		for n, m := range p.Spec.Policies {
+			spec[n] = m.ModuleSpec
+		}
+		return members(spec)
+	case *v1.AdmissionPolicyGroup:
+		spec := map[string]v1.ModuleSpec{}
+		for n, m := range p.Spec.Policies {
+			spec[n] = m.ModuleSpec
+		}
+		return members(spec)
+	}
+	return false
+}
+
+// sameJSON compares two settings as JSON values; absent and null are the same.
+func sameJSON(a, b []byte) bool {
+	decode := func(x []byte) (any, bool) {
+		x = bytes.TrimSpace(x)
+		if len(x) == 0 || string(x) == "null" {
+			return nil, true
+		}
+		dec := json.NewDecoder(bytes.NewReader(x))
+		dec.UseNumber()
+		var v any
+		return v, dec.Decode(&v) == nil
+	}
+	va, okA := decode(a)
+	vb, okB := decode(b)
+	return okA && okB && reflect.DeepEqual(va, vb)
 }
 
 // PinnedModule is the module URI an undo writes: a registry:// module pinned to the manifest

@@ -106,8 +106,9 @@ func TestHistoryAndUndo(t *testing.T) {
 		t.Fatalf("history %+v", revs)
 	}
 
-	// The revision before the serving one (2), not before the newest (3, which never served).
-	if r, skip, err := Target(p, revs, 0); err != nil || skip || r.Number != 1 {
+	// The newest revision the spec does not hold: 3 (the spec went back to 2 since, and the
+	// controller has not renumbered 2 yet).
+	if r, skip, err := Target(p, revs, 0); err != nil || skip || r.Number != 3 {
 		t.Fatalf("Target(0) = %d %v %v", r.Number, skip, err)
 	}
 	if r, skip, err := Target(p, revs, 2); err != nil || !skip || r.Number != 2 {
@@ -122,7 +123,7 @@ func TestHistoryAndUndo(t *testing.T) {
 
 	stale := p.DeepCopy()
 	// Undo to 1: the module pinned to its manifest digest, its settings, its (absent) cause.
-	r, skip, err := Undo(ctx, c, p, 0)
+	r, skip, err := Undo(ctx, c, p, 1)
 	if err != nil || skip || r.Number != 1 {
 		t.Fatalf("Undo = %d %v %v", r.Number, skip, err)
 	}
@@ -141,9 +142,14 @@ func TestHistoryAndUndo(t *testing.T) {
 	if _, _, err := Undo(ctx, c, stale, 3); err == nil || !strings.Contains(err.Error(), "restoring revision 3") {
 		t.Fatalf("undo from a stale read: %v", err)
 	}
-	// Undo to 3 (no settings): settings removed, the cause restored.
-	if _, _, err := Undo(ctx, c, &got, 3); err != nil {
-		t.Fatal(err)
+	// At once another undo, the status still naming 2: the spec holds 1 (pinned), so the
+	// previous revision is the newest other one, 3 (no settings): settings removed, the cause
+	// restored.
+	if !SpecHolds(&got, revs[0].Data) || SpecHolds(&got, revs[1].Data) {
+		t.Fatalf("SpecHolds: the spec after the undo to 1 is not revision 1 alone")
+	}
+	if r, _, err := Undo(ctx, c, &got, 0); err != nil || r.Number != 3 {
+		t.Fatalf("undo right after an undo: revision %d, %v", r.Number, err)
 	}
 	if err := c.Get(ctx, client.ObjectKey{Name: "labels"}, &got); err != nil {
 		t.Fatal(err)

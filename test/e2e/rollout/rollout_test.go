@@ -311,6 +311,26 @@ func TestRollout(t *testing.T) {
 		t.Fatalf("undo to the serving revision: %q %v", out, err)
 	}
 
+	// Two undos at once, the second before the controller recorded the first: the second
+	// restores what the spec held before the first (v1 again), not the revision before the one
+	// status still names.
+	for range 2 {
+		if out, err := h.tollgate("rollout", "undo", "cap/labels", "--kubeconfig", h.c.Kubeconfig); err != nil || !strings.Contains(out, "rolled back") {
+			t.Fatalf("rollout undo: %q %v", out, err)
+		}
+	}
+	h.get(p)
+	if p.Spec.Module != reg.URI("labels:v1@"+m1) {
+		t.Fatalf("after two undos at once: module %s, want v1 pinned", p.Spec.Module)
+	}
+	h.waitFor("v1 served after two undos", 2*time.Minute, func() error {
+		s, err := h.servedDigest(id)
+		if err == nil && s.Digest != served.Digest {
+			err = fmt.Errorf("serves %s, want %s", s.Digest, served.Digest)
+		}
+		return err
+	})
+
 	// audit --compare: a candidate that also requires cost-center, against the active policy
 	// (the undone v1, from the registry again), over Pods in kube-system (a namespace the
 	// policies' webhooks skip): only the Pod the candidate would deny is listed.
