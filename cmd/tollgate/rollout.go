@@ -175,7 +175,7 @@ func newRolloutUndoCmd() *cobra.Command {
 		Use:   "undo POLICY",
 		Short: "Restore a previous revision's module and settings into the policy",
 		Long: `undo writes a previous revision's module and settings back into the policy's spec (the
-revision before the serving one, or --to-revision N), as kubectl rollout undo does. A
+newest revision the spec does not hold, or --to-revision N), as kubectl rollout undo does. A
 registry:// module is pinned to the manifest digest the policy server loaded
 (registry://host/repository:tag@sha256:...), which the server keeps in its store: the
 undo loads without asking the registry. The controller then serves it as usual, and the
