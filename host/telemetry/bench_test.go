@@ -15,15 +15,26 @@ import (
 
 // BenchmarkRequestSpans is what tracing adds to one admission request, alone: a server span
 // with 11 attributes under a remote parent and a policy span with 8 (host/server's), ended and
-// exported over OTLP/HTTP to a receiver in this process that reads without decoding. cpu-us/op
-// is the process's CPU time per request, the export's goroutine included
-// (docs/benchmarks/tracing.md).
+// exported over OTLP/HTTP to a receiver in this process that reads without decoding, or over
+// gRPC to one that decodes (its decoding is counted). cpu-us/op is the process's CPU time per
+// request, the export's goroutine included (docs/benchmarks/tracing.md).
 func BenchmarkRequestSpans(b *testing.B) {
-	rcv := otlptest.StartHTTP(b)
-	rcv.Discard()
+	b.Run("http", func(b *testing.B) {
+		rcv := otlptest.StartHTTP(b)
+		rcv.Discard()
+		benchRequestSpans(b, ProtocolHTTP, rcv.Endpoint)
+	})
+	b.Run("grpc", func(b *testing.B) {
+		rcv := otlptest.StartGRPC(b)
+		rcv.Discard()
+		benchRequestSpans(b, ProtocolGRPC, rcv.Endpoint)
+	})
+}
+
+func benchRequestSpans(b *testing.B, protocol, endpoint string) {
 	// a queue that never drops: the spans are produced faster than any server makes them
-	cfg, err := FromEnv(env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", rcv.Endpoint, "OTEL_TRACES_SAMPLER", "always_on",
-		"OTEL_BSP_MAX_QUEUE_SIZE", "1000000"))
+	cfg, err := FromEnv(env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL", protocol,
+		"OTEL_TRACES_SAMPLER", "always_on", "OTEL_BSP_MAX_QUEUE_SIZE", "1000000"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,8 +1,8 @@
 // Package telemetry is tollgate's OpenTelemetry export: from the standard
 // OTEL_* environment variables ([FromEnv]) it builds, with [New], a tracer
 // provider whose spans leave through a bounded batch queue to an OTLP
-// collector (gRPC through the SDK's exporter, HTTP/protobuf through its own,
-// which writes the protobuf without intermediate objects), the W3C trace-context and baggage
+// collector (gRPC or HTTP/protobuf, through its own exporter, which writes the
+// protobuf without intermediate objects), the W3C trace-context and baggage
 // propagator, the Prometheus counters of exported and dropped spans, and,
 // with OTEL_METRICS_EXPORTER=otlp, a periodic push of a Prometheus registry's
 // metrics over OTLP ([Telemetry.PushMetrics], through OpenTelemetry's

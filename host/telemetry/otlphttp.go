@@ -28,14 +28,18 @@ import (
 // (docs/benchmarks/tracing.md). One goroutine (the batcher's) calls it. A
 // failed export is not retried: the batch is dropped and counted.
 type httpExporter struct {
+	encoder
 	url     string
 	headers map[string]string
 	client  *http.Client
-	res     *resource.Resource
+	stopped atomic.Bool
+}
 
-	// the encoding's buffers, reused
+// encoder writes ExportTraceServiceRequests into buffers it reuses (one
+// goroutine at a time).
+type encoder struct {
+	res              *resource.Resource
 	req, scope, span []byte
-	stopped          atomic.Bool
 }
 
 // newHTTPExporter is the OTLP/HTTP exporter of e: for an https:// endpoint,
@@ -43,9 +47,20 @@ type httpExporter struct {
 func newHTTPExporter(e Export, res *resource.Resource) (*httpExporter, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2
-	if e.Certificate != "" || e.ClientCertificate != "" || e.ClientKey != "" {
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	var err error
+	if tr.TLSClientConfig, err = tlsConfig(e); err != nil {
+		return nil, err
 	}
+	return &httpExporter{encoder: encoder{res: res}, url: e.Endpoint, headers: e.Headers, client: &http.Client{Transport: tr, Timeout: e.Timeout}}, nil
+}
+
+// tlsConfig is e's TLS configuration: its CA file and client certificate
+// when given (nil: the defaults, the system's roots).
+func tlsConfig(e Export) (*tls.Config, error) {
+	if e.Certificate == "" && e.ClientCertificate == "" && e.ClientKey == "" {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if e.Certificate != "" {
 		pem, err := os.ReadFile(e.Certificate)
 		if err != nil {
@@ -55,16 +70,16 @@ func newHTTPExporter(e Export, res *resource.Resource) (*httpExporter, error) {
 		if !pool.AppendCertsFromPEM(pem) {
 			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_CERTIFICATE=%q: no PEM certificate in it", e.Certificate)
 		}
-		tr.TLSClientConfig.RootCAs = pool
+		c.RootCAs = pool
 	}
 	if e.ClientCertificate != "" || e.ClientKey != "" {
 		pair, err := tls.LoadX509KeyPair(e.ClientCertificate, e.ClientKey)
 		if err != nil {
 			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and _CLIENT_KEY: %w", err)
 		}
-		tr.TLSClientConfig.Certificates = []tls.Certificate{pair}
+		c.Certificates = []tls.Certificate{pair}
 	}
-	return &httpExporter{url: e.Endpoint, headers: e.Headers, client: &http.Client{Transport: tr, Timeout: e.Timeout}, res: res}, nil
+	return c, nil
 }
 
 // ExportSpans sends spans in one request.
@@ -105,7 +120,7 @@ func (e *httpExporter) Shutdown(context.Context) error {
 
 // encode writes the ExportTraceServiceRequest of spans (one resource, the
 // spans grouped by instrumentation scope in their order) into e.req.
-func (e *httpExporter) encode(spans []sdktrace.ReadOnlySpan) []byte {
+func (e *encoder) encode(spans []sdktrace.ReadOnlySpan) []byte {
 	// ResourceSpans: resource (1), scope_spans (2)...
 	rs := e.req[:0]
 	var res []byte

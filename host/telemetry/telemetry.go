@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -67,7 +65,7 @@ func New(ctx context.Context, cfg Config, o Options) (*Telemetry, error) {
 	}
 	t.res = resource.NewSchemaless(attrs...)
 	if cfg.Traces {
-		exp, err := spanExporter(ctx, cfg.TracesExport, t.res)
+		exp, err := spanExporter(cfg.TracesExport, t.res)
 		if err != nil {
 			return nil, err
 		}
@@ -99,26 +97,13 @@ func New(ctx context.Context, cfg Config, o Options) (*Telemetry, error) {
 	return t, nil
 }
 
-// spanExporter is the OTLP exporter of e: tollgate's own for HTTP
-// (otlphttp.go), the SDK's for gRPC.
-func spanExporter(ctx context.Context, e Export, res *resource.Resource) (sdktrace.SpanExporter, error) {
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
+// spanExporter is the OTLP exporter of e: tollgate's own, which writes the
+// protobuf straight from the spans (otlphttp.go, otlpgrpc.go).
+func spanExporter(e Export, res *resource.Resource) (sdktrace.SpanExporter, error) {
 	if e.Protocol == ProtocolGRPC {
-		opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpointURL(e.Endpoint), otlptracegrpc.WithTimeout(e.Timeout)}
-		if len(e.Headers) > 0 {
-			opts = append(opts, otlptracegrpc.WithHeaders(e.Headers))
-		}
-		exp, err = otlptracegrpc.New(ctx, opts...)
-	} else {
-		exp, err = newHTTPExporter(e, res)
+		return newGRPCExporter(e, encoder{res: res})
 	}
-	if err != nil {
-		return nil, fmt.Errorf("OTLP trace exporter (%s %s): %w", e.Protocol, e.Endpoint, err)
-	}
-	return exp, nil
+	return newHTTPExporter(e, res)
 }
 
 // sampler is the SDK sampler of OTEL_TRACES_SAMPLER.
