@@ -478,3 +478,27 @@ func (c *Cluster) waitNodeReady(ctx context.Context, timeout time.Duration) erro
 func (c *Cluster) nodeProcesses() []*process {
 	return []*process{c.node.kubelet, c.node.proxy, c.node.scheduler, c.node.kcm, c.node.containerd, c.node.registry}
 }
+
+// StopRegistry stops the node's registry (what the pods pulled stays pulled), for tests of what
+// works without it; StartRegistry starts it again, with its storage, on the same port.
+func (c *Cluster) StopRegistry() error {
+	if c.node.registry == nil {
+		return fmt.Errorf("cluster: no registry running (Options.Node)")
+	}
+	err := c.node.registry.stop(5 * time.Second)
+	c.node.registry = nil
+	return err
+}
+
+// StartRegistry starts the node's registry stopped by StopRegistry; nothing when it runs.
+func (c *Cluster) StartRegistry(ctx context.Context) error {
+	if c.node.registry != nil || !c.nodeMode {
+		return nil
+	}
+	p, err := c.startRegistry(ctx, Options{StartTimeout: 60 * time.Second})
+	if err != nil {
+		return err
+	}
+	c.node.registry = p
+	return nil
+}
