@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -59,10 +58,6 @@ func eventually(t *testing.T, what string, f func() string) {
 // failed) and the webhook port serves, /readiness is 200. Before, the port opened only after
 // the load, and a kubelet's liveness probe killed the container mid-compilation.
 func TestProbesAnswerWhileLoading(t *testing.T) {
-	// The server loads max(2, GOMAXPROCS) policies at a time. On two cores the two gated loads
-	// could take both slots before fast and broken had one, and then nothing else loaded until
-	// the gates opened (the test failed 6 times in a row at load 20): four slots leave room.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(4, runtime.GOMAXPROCS(0))))
 	release := make(chan struct{})
 	l := &gatedLoader{testLoader: acceptAll(t), gates: map[string]chan struct{}{"slow": release, "grp/b": release}, started: make(chan string, 2)}
 	file := `
@@ -80,6 +75,10 @@ grp:
 `
 	h := openProbing(t, harnessOpts{policies: file, loader: l})
 	srv := h.srv
+	// The server loads max(2, GOMAXPROCS) policies at a time. On two cores the two gated loads
+	// could take both slots before fast and broken had one, and then nothing else loaded until
+	// the gates opened (the test failed 6 times in a row at load 20): four slots leave room.
+	srv.runner.slots = make(chan struct{}, 4)
 	loaded := make(chan error, 1)
 	go func() {
 		err := srv.Load(context.Background())
