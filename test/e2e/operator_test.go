@@ -273,31 +273,13 @@ func TestOperatorEditsUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids0, restarts0 := containerIDs(pods0)
-	var latencies []time.Duration // apply-to-enforce, per policy edit
 	l := startLoad(ctx, op.cs, "e2e-load", 2, 20000, 5*time.Minute)
 	time.Sleep(time.Second)
-	for i := 1; i <= edits; i++ {
-		key := "k" + strconv.Itoa(i)
-		t0 := time.Now()
+	p50, pmax := switchUnderLoad(t, l, "apply-to-enforce on real pods", "edits", edits, func(i int) string {
+		key := "k" + strconv.Itoa(i+1)
 		op.patchSpec(t, ctx, "ClusterAdmissionPolicy", "", "load-labels", `{"settings": {"mandatory_labels": ["`+key+`"]}}`)
-		_, err := l.probe(ctx, key, 30*time.Second)
-		if err != nil {
-			l.stop()
-			t.Fatalf("edit %d: %v (after %v)", i, err, time.Since(t0))
-		}
-		latencies = append(latencies, time.Since(t0))
-		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(time.Second)
-	l.stop()
-	p50, pmax := percentile(latencies, 50), percentile(latencies, 100)
-	line := fmt.Sprintf("e2e: apply-to-enforce on real pods p50=%v max=%v edits=%d failed_requests=%d requests=%d",
-		p50.Round(time.Millisecond), pmax.Round(time.Millisecond), len(latencies), l.failed.Load(), l.total.Load())
-	t.Log(line)
-	fmt.Println(line)
-	if n := l.failed.Load(); n != 0 {
-		t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
-	}
+		return key
+	})
 	if p50 > 500*time.Millisecond || pmax > 2*time.Second {
 		t.Errorf("apply-to-enforce p50 %v, max %v: targets 500 ms and 2 s", p50, pmax)
 	}
@@ -1215,6 +1197,37 @@ func (l *load) probe(ctx context.Context, key string, timeout time.Duration) (ti
 		time.Sleep(20 * time.Millisecond)
 	}
 	return 0, fmt.Errorf("no request refused for lacking %s after %v", key, timeout)
+}
+
+// switchUnderLoad makes n changes while l runs: change(i) (i from 0) makes the i-th and returns the
+// label key the policy then demands; each change is timed from its start until l's probe finds it
+// enforced (t fails at once after 30 s). Then l stops, the line "e2e: <what> p50=... max=...
+// <unit>=n failed_requests=... requests=..." is printed, and a failed request fails t. It returns
+// the p50 and the max.
+func switchUnderLoad(t *testing.T, l *load, what, unit string, n int, change func(i int) string) (p50, pmax time.Duration) {
+	t.Helper()
+	var took []time.Duration
+	for i := range n {
+		t0 := time.Now()
+		key := change(i)
+		if _, err := l.probe(t.Context(), key, 30*time.Second); err != nil {
+			l.stop()
+			t.Fatalf("%s %d to %s: %v (after %v)", unit, i+1, key, err, time.Since(t0))
+		}
+		took = append(took, time.Since(t0))
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	l.stop()
+	p50, pmax = percentile(took, 50), percentile(took, 100)
+	line := fmt.Sprintf("e2e: %s p50=%v max=%v %s=%d failed_requests=%d requests=%d",
+		what, p50.Round(time.Millisecond), pmax.Round(time.Millisecond), unit, len(took), l.failed.Load(), l.total.Load())
+	t.Log(line)
+	fmt.Println(line)
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d failed requests; first: %s", n, strings.Join(l.firstFailures(), "\n  "))
+	}
+	return p50, pmax
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {
