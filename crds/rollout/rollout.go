@@ -332,15 +332,65 @@ func Undo(ctx context.Context, c client.Client, p v1.Policy, to int64) (Revision
 	if err != nil {
 		return r, false, err
 	}
-	// The patch applies to the version the history was read from: a concurrent edit fails it.
-	patch, err = withResourceVersion(patch, p.GetResourceVersion())
+	// The patch applies to the version the history was read from, so a concurrent edit of the
+	// spec fails it. A write that left the spec as it was (the controller's status, a label)
+	// also moves the resourceVersion: then the policy is read again and the same patch retried.
+	read := p
+	for attempt := 1; ; attempt++ {
+		withRV, err := withResourceVersion(patch, p.GetResourceVersion())
+		if err != nil {
+			return r, false, err
+		}
+		err = c.Patch(ctx, p, client.RawPatch(types.MergePatchType, withRV))
+		if err == nil {
+			return r, false, nil
+		}
+		if !apierrors.IsConflict(err) || attempt == undoAttempts {
+			return r, false, fmt.Errorf("restoring revision %d into %s: %w", r.Number, Ref(p), err)
+		}
+		fresh := read.DeepCopyObject().(v1.Policy)
+		if gerr := c.Get(ctx, client.ObjectKeyFromObject(read), fresh); gerr != nil {
+			return r, false, fmt.Errorf("restoring revision %d into %s: %w (reading it again: %v)", r.Number, Ref(p), err, gerr)
+		}
+		same, serr := sameSpec(read, fresh)
+		if serr != nil {
+			return r, false, fmt.Errorf("restoring revision %d into %s: %w", r.Number, Ref(p), serr)
+		}
+		if !same {
+			return r, false, fmt.Errorf("restoring revision %d into %s: its spec changed since it was read (resourceVersion %s, now %s): run the undo again to decide on the new history",
+				r.Number, Ref(p), read.GetResourceVersion(), fresh.GetResourceVersion())
+		}
+		p = fresh
+	}
+}
+
+// undoAttempts bounds Undo's re-reads after writes that left the spec alone.
+const undoAttempts = 5
+
+// sameSpec says whether a and b hold the same spec (JSON-equal).
+func sameSpec(a, b v1.Policy) (bool, error) {
+	spec := func(o v1.Policy) ([]byte, error) {
+		raw, err := json.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		var m struct {
+			Spec json.RawMessage `json:"spec"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, err
+		}
+		return m.Spec, nil
+	}
+	sa, err := spec(a)
 	if err != nil {
-		return r, false, err
+		return false, err
 	}
-	if err := c.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return r, false, fmt.Errorf("restoring revision %d into %s: %w", r.Number, Ref(p), err)
+	sb, err := spec(b)
+	if err != nil {
+		return false, err
 	}
-	return r, false, nil
+	return sameJSON(sa, sb), nil
 }
 
 func withResourceVersion(patch []byte, rv string) ([]byte, error) {

@@ -139,7 +139,7 @@ func TestHistoryAndUndo(t *testing.T) {
 	}
 
 	// Undo to 3 from the stale copy: refused, the policy changed since it was read.
-	if _, _, err := Undo(ctx, c, stale, 3); err == nil || !strings.Contains(err.Error(), "restoring revision 3") {
+	if _, _, err := Undo(ctx, c, stale, 3); err == nil || !strings.Contains(err.Error(), "restoring revision 3") || !strings.Contains(err.Error(), "spec changed") {
 		t.Fatalf("undo from a stale read: %v", err)
 	}
 	// At once another undo, the status still naming 2: the spec holds 1 (pinned), so the
@@ -156,6 +156,27 @@ func TestHistoryAndUndo(t *testing.T) {
 	}
 	if got.Spec.Module != "registry://r.example/labels:v3" || len(got.Spec.Settings.Raw) != 0 || got.Annotations[v1.ChangeCauseAnnotation] != "failed to load" {
 		t.Fatalf("after undo to 3: module %s settings %s annotations %v", got.Spec.Module, got.Spec.Settings.Raw, got.Annotations)
+	}
+
+	// A write that leaves the spec alone (here a label; the controller's status writes alike)
+	// between the read and the undo: the undo reads the policy again and goes through.
+	read := got.DeepCopy()
+	touched := got.DeepCopy()
+	touched.Labels = map[string]string{"touched": "yes"}
+	if err := c.Update(ctx, touched); err != nil {
+		t.Fatal(err)
+	}
+	if touched.ResourceVersion == read.ResourceVersion {
+		t.Fatalf("the label's update kept resourceVersion %s", read.ResourceVersion)
+	}
+	if r, _, err := Undo(ctx, c, read, 1); err != nil || r.Number != 1 {
+		t.Fatalf("undo after a write that left the spec alone: revision %d, %v", r.Number, err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "labels"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Module != "registry://r.example/labels:v1@"+manifestDigest || got.Labels["touched"] != "yes" {
+		t.Fatalf("after the retried undo: module %s labels %v", got.Spec.Module, got.Labels)
 	}
 }
 

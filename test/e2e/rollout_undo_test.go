@@ -34,12 +34,21 @@ func TestOperatorRolloutUndoUnderLoad(t *testing.T) {
 		}
 		return string(out)
 	}
-	// Revision 2 is recorded once the policy serves it.
+	// The edit is recorded once the policy serves it: the current revision holds k2 and the one
+	// before it k1 (the policy may have older history from an earlier test, so a count of
+	// revisions alone says nothing).
 	eventually(t, 30*time.Second, func() error {
-		var revs []struct{ Current bool }
+		var revs []struct {
+			Current bool
+			Data    struct{ Settings json.RawMessage }
+		}
 		out := tollgate("rollout", "history", "cap/load-labels", "-o", "json")
-		if err := json.Unmarshal([]byte(out), &revs); err != nil || len(revs) < 2 || !revs[len(revs)-1].Current {
+		if err := json.Unmarshal([]byte(out), &revs); err != nil || len(revs) < 2 {
 			return fmt.Errorf("history: %v %s", err, out)
+		}
+		cur, prev := revs[len(revs)-1], revs[len(revs)-2]
+		if !cur.Current || !strings.Contains(string(cur.Data.Settings), `"k2"`) || !strings.Contains(string(prev.Data.Settings), `"k1"`) {
+			return fmt.Errorf("the edit to k2 is not the current revision yet: %s", out)
 		}
 		return nil
 	})
