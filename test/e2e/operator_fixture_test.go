@@ -31,14 +31,15 @@ var sharedOp struct {
 }
 
 // operatorNamespaces are the namespaces the TestOperator* tests create objects in.
-var operatorNamespaces = []string{"e2e-a", "e2e-b", "e2e-c", "e2e-d", "e2e-load", "e2e-broken"}
+var operatorNamespaces = []string{"e2e-a", "e2e-b", "e2e-c", "e2e-d", "e2e-load", "e2e-broken", shadowNS, compareNS}
 
 // operatorObjects are the objects the TestOperator* tests may create (Kind/name or
 // Kind/namespace/name), deleted before the operator is uninstalled so that the controller honours
 // their finalizers.
 var operatorObjects = []string{"ClusterAdmissionPolicy/required-labels", "ClusterAdmissionPolicy/capabilities-drop",
 	"ClusterAdmissionPolicy/monitor-labels", "ClusterAdmissionPolicy/load-labels", "ClusterAdmissionPolicy/broken-module",
-	"ClusterAdmissionPolicy/bad-settings", "AdmissionPolicy/e2e-b/team-labels", "ClusterAdmissionPolicyGroup/owner-or-team",
+	"ClusterAdmissionPolicy/bad-settings", "ClusterAdmissionPolicy/" + shadowPolicy, "ClusterAdmissionPolicy/" + comparePolicy,
+	"AdmissionPolicy/e2e-b/team-labels", "ClusterAdmissionPolicyGroup/owner-or-team",
 	"PolicyServer/" + psName}
 
 // operatorFixture returns the operator the TestOperator* tests share, installing it (and their

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -1100,13 +1101,18 @@ func isDenial(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "denied the request")
 }
 
-// load creates ConfigMaps in a namespace under the load-labels policy: compliant ones (every
-// label k0..k<edits>) must be admitted, violating ones (no label) refused by the policy. Anything
-// else is a failed request: an error that is not the policy's denial, or a violating object
-// admitted (the policy not enforced).
+// load creates ConfigMaps in a namespace under the load-labels policy (startLoad; or other
+// objects under another policy, startLoadOf): compliant ones (every label k0..k<edits>) must be
+// admitted, violating ones (no label) refused by the policy. Anything else is a failed request:
+// an error that is not the policy's denial, or a violating object admitted (the policy not
+// enforced).
 type load struct {
-	cs                    kubernetes.Interface
-	ns                    string
+	cs kubernetes.Interface
+	ns string
+	// create makes one object with labels; labels are a compliant object's (startLoad: a
+	// ConfigMap in ns, the labels k0..k<edits>).
+	create                func(ctx context.Context, labels map[string]string) error
+	labels                map[string]string
 	total, failed, denied atomic.Int64
 	mu                    sync.Mutex
 	failures              []string
@@ -1115,9 +1121,16 @@ type load struct {
 }
 
 func startLoad(ctx context.Context, cs kubernetes.Interface, ns string, workers int, maxRequests int64, maxDuration time.Duration) *load {
+	create := func(ctx context.Context, labels map[string]string) error { return createConfigMap(ctx, cs, ns, labels) }
+	return startLoadOf(ctx, cs, ns, create, loadLabels(""), workers, maxRequests, maxDuration)
+}
+
+// startLoadOf is startLoad with other objects: create makes one (in ns), all are the labels of
+// a compliant one; a violating one has no label.
+func startLoadOf(ctx context.Context, cs kubernetes.Interface, ns string, create func(context.Context, map[string]string) error,
+	all map[string]string, workers int, maxRequests int64, maxDuration time.Duration) *load {
 	ctx, cancel := context.WithTimeout(ctx, maxDuration)
-	l := &load{cs: cs, ns: ns, cancel: cancel}
-	all := loadLabels("")
+	l := &load{cs: cs, ns: ns, cancel: cancel, create: create, labels: all}
 	for w := 0; w < workers; w++ {
 		l.wg.Add(1)
 		go func(w int) {
@@ -1128,7 +1141,7 @@ func startLoad(ctx context.Context, cs kubernetes.Interface, ns string, workers 
 				if violate {
 					labels = nil
 				}
-				err := createConfigMap(ctx, cs, ns, labels)
+				err := create(ctx, labels)
 				if ctx.Err() != nil {
 					return
 				}
@@ -1179,14 +1192,15 @@ func (l *load) stop() {
 	l.wg.Wait()
 }
 
-// probe creates ConfigMaps carrying every label but key until one is refused for lacking key
-// (the edit is in force), counting failed requests as the load does.
+// probe creates objects carrying every label of a compliant one but key until one is refused
+// for lacking key (the edit is in force), counting failed requests as the load does.
 func (l *load) probe(ctx context.Context, key string, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
-	labels := loadLabels(key)
+	labels := maps.Clone(l.labels)
+	delete(labels, key)
 	want := `mandatory label "` + key + `" is missing`
 	for time.Since(start) < timeout {
-		err := createConfigMap(ctx, l.cs, l.ns, labels)
+		err := l.create(ctx, labels)
 		l.total.Add(1)
 		switch {
 		case err != nil && strings.Contains(err.Error(), want):
