@@ -159,6 +159,9 @@ func printRevision(w io.Writer, ref string, r rollout.Revision) error {
 	if r.Data.Policies == nil {
 		module("", r.Data.RevisionModule)
 	} else {
+		if r.Data.Expression != "" {
+			fmt.Fprintf(tw, "Expression:\t%s\n", r.Data.Expression)
+		}
 		fmt.Fprintln(tw, "Policies:\t")
 		for _, n := range slices.Sorted(maps.Keys(r.Data.Policies)) {
 			fmt.Fprintf(tw, "  %s:\t\n", n)

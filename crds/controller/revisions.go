@@ -75,13 +75,13 @@ func RevisionDataOf(p v1.Policy, served *status.Policy) v1.RevisionData {
 	case *v1.AdmissionPolicy:
 		d.RevisionModule = module(p.Spec.ModuleSpec, digest, manifest)
 	case *v1.ClusterAdmissionPolicyGroup:
-		d.Policies = map[string]v1.RevisionModule{}
+		d.Policies, d.Expression = map[string]v1.RevisionModule{}, p.Spec.Expression
 		for name, m := range p.Spec.Policies {
 			dg, mf := memberDigests(name)
 			d.Policies[name] = module(m.ModuleSpec, dg, mf)
 		}
 	case *v1.AdmissionPolicyGroup:
-		d.Policies = map[string]v1.RevisionModule{}
+		d.Policies, d.Expression = map[string]v1.RevisionModule{}, p.Spec.Expression
 		for name, m := range p.Spec.Policies {
 			dg, mf := memberDigests(name)
 			d.Policies[name] = module(m.ModuleSpec, dg, mf)
@@ -105,8 +105,9 @@ func canonicalJSON(b []byte) json.RawMessage {
 }
 
 // revisionIdentity is what makes two revisions the same: per module its digest (its URI when
-// the digest is unknown) and its settings. The URI is left out when the digest is known, so
-// that a module pinned by `tollgate rollout undo` is the revision it came from.
+// the digest is unknown) and its settings, and a group's expression. The URI is left out when
+// the digest is known, so that a module pinned by `tollgate rollout undo` is the revision it
+// came from.
 func revisionIdentity(d v1.RevisionData) []byte {
 	type id struct {
 		Digest   string          `json:"d"`
@@ -127,7 +128,14 @@ func revisionIdentity(d v1.RevisionData) []byte {
 	for n, m := range d.Policies {
 		ids[n] = of(m)
 	}
-	b, _ = json.Marshal(ids) // sorted keys
+	if d.Expression == "" {
+		b, _ = json.Marshal(ids) // sorted keys
+		return b
+	}
+	b, _ = json.Marshal(struct {
+		Expression string        `json:"e"`
+		Members    map[string]id `json:"m"`
+	}{d.Expression, ids})
 	return b
 }
 

@@ -149,11 +149,13 @@ func containsPrefix(ss []string, prefix string) bool {
 }
 
 // TestRevisionsOfGroupsAndNamespaced: a namespaced policy's revisions live in its namespace; a
-// group's revision holds each member's module digest and settings.
+// group's revision holds each member's module digest and settings and its expression, and a
+// change of the expression alone is a revision.
 func TestRevisionsOfGroupsAndNamespaced(t *testing.T) {
 	rules := []v1.RuleWithOperations{{Operations: []v1.OperationType{"CREATE"}, APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}
 	apg := &v1.AdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "g", Generation: 1, UID: "uid-g"}}
 	apg.Spec.PolicyServer, apg.Spec.Rules = "default", rules
+	apg.Spec.Expression, apg.Spec.Message = "signed() && tag()", "signed and tagged"
 	apg.Spec.Policies = map[string]v1.PolicyGroupMember{
 		"signed": {ModuleSpec: v1.ModuleSpec{Module: "registry://example/signed:v1", Settings: runtime.RawExtension{Raw: []byte(`{"k":1}`)}}},
 		"tag":    {ModuleSpec: v1.ModuleSpec{Module: "registry://example/tag:v1"}},
@@ -185,6 +187,32 @@ func TestRevisionsOfGroupsAndNamespaced(t *testing.T) {
 	if apg.Status.Revision == nil || apg.Status.Revision.Name != revs[0].Name || apg.Status.Revision.ModuleDigest != "" {
 		t.Fatalf("status.revision %+v", apg.Status.Revision)
 	}
+	if d.Expression != "signed() && tag()" {
+		t.Fatalf("group revision %s: want the expression", revs[0].Data.Raw)
+	}
+
+	// The expression changed, the members did not: revision 2, holding the new expression.
+	if err := e.c.Get(e.ctx, client.ObjectKeyFromObject(apg), apg); err != nil {
+		t.Fatal(err)
+	}
+	apg.Spec.Expression = "signed() || tag()"
+	apg.Generation++
+	if err := e.c.Update(e.ctx, apg); err != nil {
+		t.Fatal(err)
+	}
+	s.serve(e.writeConfig("default", apg), pol)
+	e.reconcile(apg)
+	wantStage(t, apg, v1.PolicyStatusActive, ReasonPolicyActive)
+	revs = e.revisionsOf(apg, "team")
+	if len(revs) != 2 || revs[1].Revision != 2 || apg.Status.Revision.Name != revs[1].Name {
+		t.Fatalf("after an expression edit: revisions %s, status %+v", revNumbers(revs), apg.Status.Revision)
+	}
+	if err := json.Unmarshal(revs[1].Data.Raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Expression != "signed() || tag()" || d.Policies["signed"].ModuleDigest != "sha256:s1" {
+		t.Fatalf("revision 2: %s", revs[1].Data.Raw)
+	}
 }
 
 // TestRevisionHashAndName: the hash depends on the policy, the digests and the settings, not
@@ -212,6 +240,12 @@ func TestRevisionHashAndName(t *testing.T) {
 		if got := RevisionHash(tc.uid, tc.d) == base; got != tc.same {
 			t.Errorf("RevisionHash(%s, %+v) equal %v, want %v", tc.uid, tc.d, got, tc.same)
 		}
+	}
+	group := func(expression string) v1.RevisionData {
+		return v1.RevisionData{Expression: expression, Policies: map[string]v1.RevisionModule{"a": {Module: "registry://r/a:v1", ModuleDigest: "sha256:a"}}}
+	}
+	if g := RevisionHash("u", group("a()")); g == RevisionHash("u", group("!a()")) || g != RevisionHash("u", group("a()")) || g == RevisionHash("u", group("")) {
+		t.Errorf("a group's RevisionHash does not follow its expression")
 	}
 	if n := RevisionName(strings.Repeat("a", 253), base); len(n) != 253 || !strings.HasSuffix(n, "-"+base) {
 		t.Errorf("RevisionName of a long name: %d characters %q", len(n), n)

@@ -196,7 +196,8 @@ func Target(p v1.Policy, revs []Revision, to int64) (target Revision, skip bool,
 }
 
 // SpecHolds reports whether p's spec holds revision d: the same module (as recorded, or pinned
-// as an undo writes it) and the same settings, for the policy or each member of a group.
+// as an undo writes it) and the same settings, for the policy or each member of a group, and a
+// group's expression (when the revision has one).
 func SpecHolds(p v1.Policy, d v1.RevisionData) bool {
 	holds := func(m v1.ModuleSpec, r v1.RevisionModule) bool {
 		if m.Module != r.Module && m.Module != PinnedModule(r) {
@@ -204,8 +205,8 @@ func SpecHolds(p v1.Policy, d v1.RevisionData) bool {
 		}
 		return sameJSON(m.Settings.Raw, r.Settings)
 	}
-	members := func(spec map[string]v1.ModuleSpec) bool {
-		if len(spec) != len(d.Policies) {
+	members := func(spec map[string]v1.ModuleSpec, expression string) bool {
+		if len(spec) != len(d.Policies) || (d.Expression != "" && d.Expression != expression) {
 			return false
 		}
 		for n, m := range spec {
@@ -226,13 +227,13 @@ func SpecHolds(p v1.Policy, d v1.RevisionData) bool {
 		for n, m := range p.Spec.Policies {
 			spec[n] = m.ModuleSpec
 		}
-		return members(spec)
+		return members(spec, p.Spec.Expression)
 	case *v1.AdmissionPolicyGroup:
 		spec := map[string]v1.ModuleSpec{}
 		for n, m := range p.Spec.Policies {
 			spec[n] = m.ModuleSpec
 		}
-		return members(spec)
+		return members(spec, p.Spec.Expression)
 	}
 	return false
 }
@@ -267,7 +268,7 @@ func PinnedModule(m v1.RevisionModule) string {
 
 // UndoPatch is the merge patch that restores r into p: module (pinned, see PinnedModule) and
 // settings of a policy, or of each member of a group (members the revision does not have are
-// removed), and the revision's change cause.
+// removed) and the group's expression, and the revision's change cause.
 func UndoPatch(p v1.Policy, r Revision) ([]byte, error) {
 	module := func(m v1.RevisionModule) map[string]any {
 		out := map[string]any{"module": PinnedModule(m), "settings": nil}
@@ -291,6 +292,9 @@ func UndoPatch(p v1.Policy, r Revision) ([]byte, error) {
 			}
 		}
 		spec["policies"] = members
+		if r.Data.Expression != "" {
+			spec["expression"] = r.Data.Expression
+		}
 	} else {
 		if r.Data.Module == "" {
 			return nil, fmt.Errorf("revision %d of %s holds no module", r.Number, Ref(p))

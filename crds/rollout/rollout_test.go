@@ -205,3 +205,63 @@ func TestUndoPatchGroup(t *testing.T) {
 		t.Fatalf("PinnedModule of a pinned URI: %s", got)
 	}
 }
+
+// TestUndoGroupExpression: a group's revision holds its expression; an undo restores it with the
+// members, a spec that differs from a revision only by its expression does not hold it, and a
+// revision recorded before expressions were kept (none) restores the members and leaves the
+// expression as it is.
+func TestUndoGroupExpression(t *testing.T) {
+	ctx := context.Background()
+	g := &v1.ClusterAdmissionPolicyGroup{ObjectMeta: metav1.ObjectMeta{Name: "g", UID: "ug"}}
+	member := func(module string) v1.ClusterPolicyGroupMember {
+		return v1.ClusterPolicyGroupMember{ModuleSpec: v1.ModuleSpec{Module: module}}
+	}
+	g.Spec.Policies = map[string]v1.ClusterPolicyGroupMember{"a": member("https://example.com/a2.wasm"), "b": member("https://example.com/b.wasm")}
+	g.Spec.Expression = "a() && b()"
+	g.Status.Revision = &v1.RevisionStatus{Name: "g-3", Number: 3}
+	group := func(a, expression string) v1.RevisionData {
+		return v1.RevisionData{Expression: expression, Policies: map[string]v1.RevisionModule{
+			"a": {Module: "https://example.com/" + a + ".wasm"}, "b": {Module: "https://example.com/b.wasm"}}}
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(g,
+		revision(g, "tollgate", "g-1", 1, "", group("a1", "")), // recorded before expressions were kept
+		revision(g, "tollgate", "g-2", 2, "a or b", group("a2", "a() || b()")),
+		revision(g, "tollgate", "g-3", 3, "a and b", group("a2", "a() && b()")),
+	).Build()
+	revs, err := History(ctx, c, g)
+	if err != nil || len(revs) != 3 || revs[1].Data.Expression != "a() || b()" {
+		t.Fatalf("history %+v %v", revs, err)
+	}
+	if !SpecHolds(g, revs[2].Data) || SpecHolds(g, revs[1].Data) {
+		t.Fatal("SpecHolds: a spec that differs from revision 2 by its expression alone holds it, or does not hold revision 3")
+	}
+	b, err := UndoPatch(g, revs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"metadata":{"annotations":{"kubernetes.io/change-cause":"a or b"}},"spec":{"expression":"a() || b()","policies":{"a":{"module":"https://example.com/a2.wasm","settings":null},"b":{"module":"https://example.com/b.wasm","settings":null}}}}`
+	if string(b) != want {
+		t.Fatalf("patch\n%s\nwant\n%s", b, want)
+	}
+	// The previous revision is 2: the members are the same, the expression is not.
+	if r, skip, err := Undo(ctx, c, g, 0); err != nil || skip || r.Number != 2 {
+		t.Fatalf("Undo = %d %v %v", r.Number, skip, err)
+	}
+	var got v1.ClusterAdmissionPolicyGroup
+	if err := c.Get(ctx, client.ObjectKey{Name: "g"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Expression != "a() || b()" || got.Spec.Policies["a"].Module != "https://example.com/a2.wasm" || !SpecHolds(&got, revs[1].Data) {
+		t.Fatalf("after the undo to 2: expression %q, members %+v", got.Spec.Expression, got.Spec.Policies)
+	}
+	// Revision 1 has no expression: its members come back, the expression stays.
+	if r, skip, err := Undo(ctx, c, &got, 1); err != nil || skip || r.Number != 1 {
+		t.Fatalf("Undo to 1 = %d %v %v", r.Number, skip, err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Name: "g"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.Expression != "a() || b()" || got.Spec.Policies["a"].Module != "https://example.com/a1.wasm" || !SpecHolds(&got, revs[0].Data) {
+		t.Fatalf("after the undo to 1: expression %q, members %+v", got.Spec.Expression, got.Spec.Policies)
+	}
+}

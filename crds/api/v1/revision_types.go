@@ -60,12 +60,16 @@ const (
 )
 
 // RevisionData is the data of a policy's ControllerRevision: what a revision restores. A single
-// policy has Module, its digests and Settings; a group has Policies, by member name.
+// policy has Module, its digests and Settings; a group has Policies, by member name, and its
+// Expression.
 // +kubebuilder:object:generate=false
 type RevisionData struct {
 	RevisionModule `json:",inline"`
 	// Policies of a group, by name.
 	Policies map[string]RevisionModule `json:"policies,omitempty"`
+	// Expression of a group. Revisions recorded before it was kept have none: an undo to one
+	// of them leaves the expression as it is.
+	Expression string `json:"expression,omitempty"`
 }
 
 // RevisionModule is one module with its settings, as the policy server loaded it.

@@ -120,7 +120,8 @@ func freePort(t *testing.T) int {
 // undo` pins the first module to its manifest digest, the policy server serves it again (the
 // time it took is logged) and the first revision becomes revision 3. The CRDs default
 // spec.revisionHistoryLimit to 10 and refuse an empty shadow; a shadow is written into the
-// server's policies.yml entry.
+// server's policies.yml entry. A group's expression edit is a revision, and its undo restores
+// the expression.
 func TestRollout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
@@ -383,6 +384,68 @@ spec:
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "NAMESPACE") || !strings.Contains(lines[1], "owner-only") || !strings.Contains(lines[1], "verdict") {
 		t.Fatalf("audit --compare:\n%s", out)
+	}
+
+	// A group: its revision holds its expression, an edit of the expression alone is a
+	// revision, and an undo restores the expression with the members.
+	h.apply(fmt.Sprintf(`apiVersion: policies.tollgate.dev/v1
+kind: ClusterAdmissionPolicyGroup
+metadata:
+  name: either
+  annotations: {%q: "owner or team"}
+spec:
+  policyServer: default
+  rules: [{apiGroups: [""], apiVersions: [v1], resources: [configmaps], operations: [CREATE]}]
+  policies:
+    owner: {module: %q, settings: {mandatory_labels: [owner]}}
+    team: {module: %q, settings: {mandatory_labels: [team]}}
+  expression: "owner() || team()"
+  message: needs an owner or a team label
+`, v1.ChangeCauseAnnotation, reg.URI("labels:v1"), reg.URI("labels:v1")))
+	var g v1.ClusterAdmissionPolicyGroup
+	groupRevision := func(n int64) *v1.RevisionStatus {
+		var st *v1.RevisionStatus
+		h.waitFor(fmt.Sprintf("the group's revision %d active", n), 3*time.Minute, func() error {
+			out, stderr, err := h.c.Kubectl(ctx, "get", "clusteradmissionpolicygroup", "either", "-o", "json")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, stderr)
+			}
+			g = v1.ClusterAdmissionPolicyGroup{}
+			if err := yaml.Unmarshal([]byte(out), &g); err != nil {
+				return err
+			}
+			if st = g.Status.Revision; st == nil || st.Number != n || g.Status.PolicyStatus != v1.PolicyStatusActive {
+				return fmt.Errorf("status %s, revision %+v", g.Status.PolicyStatus, st)
+			}
+			return nil
+		})
+		return st
+	}
+	g1 := groupRevision(1)
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:"owner and team"}},"spec":{"expression":"owner() && team()"}}`, v1.ChangeCauseAnnotation)
+	if _, stderr, err := h.c.Kubectl(ctx, "patch", "clusteradmissionpolicygroup", "either", "--type=merge", "-p", patch); err != nil {
+		t.Fatalf("kubectl patch: %v\n%s", err, stderr)
+	}
+	groupRevision(2)
+	out, err = h.tollgate("rollout", "undo", "capg/either", "--kubeconfig", h.c.Kubeconfig)
+	if err != nil || out != "clusteradmissionpolicygroup.policies.tollgate.dev/either rolled back\n" {
+		t.Fatalf("rollout undo of the group: %q %v", out, err)
+	}
+	g3 := groupRevision(3)
+	if g.Spec.Expression != "owner() || team()" || g3.Name != g1.Name || g.Annotations[v1.ChangeCauseAnnotation] != "owner or team" {
+		t.Fatalf("after the group's undo: expression %q, revision %+v (want %s), annotations %v", g.Spec.Expression, g3, g1.Name, g.Annotations)
+	}
+	out, err = h.tollgate("rollout", "history", "capg/either", "--kubeconfig", h.c.Kubeconfig, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	revs = nil
+	if err := json.Unmarshal([]byte(out), &revs); err != nil {
+		t.Fatalf("history -o json: %v\n%s", err, out)
+	}
+	if len(revs) != 2 || revs[0].Revision != 2 || revs[0].Data.Expression != "owner() && team()" || revs[1].Revision != 3 || !revs[1].Current ||
+		revs[1].Data.Expression != "owner() || team()" || len(revs[1].Data.Policies) != 2 {
+		t.Fatalf("the group's history -o json:\n%s", out)
 	}
 }
 
