@@ -21,15 +21,22 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/otlptest"
 	"github.com/tollgate-dev/tollgate/internal/testfixture"
+	"github.com/tollgate-dev/tollgate/test/e2e/cluster"
 )
 
-// TestTracingAcrossTheAPIServer: kube-apiserver runs with a tracing configuration pointing at
-// the test's OTLP receiver; `tollgate serve` (a process on loopback, its generated certificate,
-// OTEL_* pointing at the same receiver) is the URL webhook of a ValidatingWebhookConfiguration.
-// A server-side apply (what `kubectl apply --server-side` sends) that a policy denies, sent with
-// a sampled W3C traceparent as an instrumented client sends it, yields one trace holding the
-// apiserver's spans and tollgate's: the server span a child of an apiserver span, and the
-// policy's span under it.
+// TestTracingAcrossTheAPIServer: `tollgate serve` (a process on loopback, its generated
+// certificate, OTEL_* pointing at the test's OTLP receiver) is the URL webhook of a
+// ValidatingWebhookConfiguration whose policy denies Pods and ConfigMaps without an owner label.
+// Two ways a denied request becomes one trace holding the apiserver's spans and tollgate's:
+//
+//   - kubectl: a plain `kubectl apply -f pod.yaml` (the real kubectl, no trace context of the
+//     test's) through a second kube-apiserver of the cluster whose tracing configuration samples
+//     every request (samplingRatePerMillion 1000000): the apiserver starts the trace;
+//   - traceparent: through the suite's apiserver, which samples nothing of its own
+//     (samplingRatePerMillion 0), a server-side apply sent with a sampled W3C traceparent, as an
+//     instrumented client sends it: the apiserver continues the caller's trace.
+//
+// In both the server span is a child of an apiserver span and the policy's span is under it.
 func TestTracingAcrossTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -57,14 +64,14 @@ func TestTracingAcrossTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// the webhook: ConfigMaps created in ns go to the policy
+	// the webhook: Pods and ConfigMaps created in ns go to the policy
 	url := strings.Replace(srv.base, "http://", "https://", 1) + "/validate/deny"
 	fail, none, timeout := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, int32(10)
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "tracing-e2e"},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "deny.tracing-e2e.tollgate.dev",
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca},
 			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "pods"}}}},
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
 			FailurePolicy:           &fail,
 			SideEffects:             &none,
@@ -77,6 +84,178 @@ func TestTracingAcrossTheAPIServer(t *testing.T) {
 		cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), vwc.Name, metav1.DeleteOptions{})
 	})
 
+	t.Run("kubectl", func(t *testing.T) { testTracingKubectl(t, ctx, ns, dir) })
+	t.Run("traceparent", func(t *testing.T) { testTracingTraceparent(t, ctx, ns) })
+}
+
+// testTracingKubectl: a second kube-apiserver that samples every request (its own tracing
+// configuration, the same receiver); `kubectl apply -f pod.yaml` through it is denied with the
+// policy's message, and the one trace of tollgate's server span for that Pod holds the
+// apiserver's spans and tollgate's: the server span descends from the apiserver's server span of
+// kubectl's POST (user agent kubectl) up to the trace's root, an apiserver span (kubectl sent no
+// trace context), and the policy's span is under it.
+func testTracingKubectl(t *testing.T, ctx context.Context, ns, dir string) {
+	cfg := filepath.Join(dir, "tracing-all.yaml")
+	if err := os.WriteFile(cfg, []byte("apiVersion: apiserver.config.k8s.io/v1\nkind: TracingConfiguration\nendpoint: "+
+		env.otlp.Addr()+"\nsamplingRatePerMillion: 1000000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api, err := env.cluster.StartAPIServer(ctx, "kube-apiserver-traced", "--tracing-config-file="+cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(api.LogTail(30))
+		}
+		begin := time.Now()
+		if err := api.Stop(); err != nil {
+			t.Error(err)
+		}
+		t.Logf("e2e: the traced kube-apiserver stopped in %v", time.Since(begin).Round(time.Millisecond))
+	})
+	t.Logf("e2e: a second kube-apiserver, sampling every request, ready in %v", api.StartDuration.Round(time.Millisecond))
+
+	const name = "unowned-pod"
+	manifest := filepath.Join(dir, "pod.yaml")
+	if err := os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  name: `+name+`
+  namespace: `+ns+`
+spec:
+  containers:
+  - name: app
+    image: `+cluster.PauseImage+`
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	message := `Pod ` + ns + `/` + name + `: mandatory label "owner" is missing`
+	// until the namespace's ServiceAccount exists (the ServiceAccount admission plugin runs
+	// before the webhooks) and the apiserver's webhook configuration is in force
+	begin := time.Now()
+	eventually(t, 60*time.Second, func() error {
+		out, errOut, err := api.Kubectl(ctx, nil, "apply", "-f", manifest)
+		if err == nil {
+			env.cluster.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
+			return fmt.Errorf("kubectl apply was admitted (%s): the webhook is not in force yet", strings.TrimSpace(out))
+		}
+		if !strings.Contains(errOut, `admission webhook "deny.tracing-e2e.tollgate.dev" denied the request: `+message) {
+			return fmt.Errorf("kubectl apply failed otherwise: %v", err)
+		}
+		return nil
+	})
+	t.Logf("e2e: kubectl apply denied %v after the apiserver was ready", time.Since(begin).Round(time.Millisecond))
+
+	isServer := func(sp otlptest.Span) bool {
+		return sp.Resource["service.name"] == "tollgate-e2e" && sp.Name == "POST /validate/{id}" &&
+			sp.Attributes["tollgate.request.kind"] == "Pod" && sp.Attributes["tollgate.request.name"] == name
+	}
+	var traceID string
+	spans := env.otlp.WaitFor(t, 90*time.Second, "tollgate's server span of the Pod and the apiserver's and tollgate's spans of its trace", func(s []otlptest.Span) bool {
+		traceID = ""
+		for _, sp := range s {
+			if isServer(sp) {
+				traceID = sp.TraceID
+			}
+		}
+		var api, pol bool
+		for _, sp := range s {
+			if traceID == "" || sp.TraceID != traceID {
+				continue
+			}
+			switch {
+			case sp.Resource["service.name"] == "apiserver":
+				api = true
+			case sp.Name == "policy deny":
+				pol = true
+			}
+		}
+		return api && pol
+	})
+	var server, pol otlptest.Span
+	var servers int
+	apiSpans := map[string]otlptest.Span{}
+	for _, sp := range spans {
+		if isServer(sp) {
+			servers++
+		}
+		if sp.TraceID != traceID {
+			continue
+		}
+		switch {
+		case sp.Resource["service.name"] == "apiserver":
+			apiSpans[sp.SpanID] = sp
+		case isServer(sp):
+			server = sp
+		case sp.Name == "policy deny":
+			pol = sp
+		}
+	}
+	if servers != 1 {
+		t.Errorf("%d tollgate server spans for Pod %s, want 1 (one denied apply)", servers, name)
+	}
+	// tollgate's server span descends from the apiserver's spans (the webhook call's client
+	// span), up to the trace's root, an apiserver span without a parent: kubectl sent no trace
+	// context, the apiserver started the trace; on the way, the apiserver's server span of
+	// kubectl's POST
+	var chain []string
+	var post otlptest.Span
+	for id := server.ParentSpanID; id != ""; id = apiSpans[id].ParentSpanID {
+		sp, ok := apiSpans[id]
+		if !ok {
+			t.Fatalf("tollgate's server span's ancestor %s is not one of the apiserver's spans of trace %s %v", id, traceID, names(apiSpans))
+		}
+		chain = append(chain, sp.Name)
+		if len(chain) > len(apiSpans) {
+			t.Fatalf("a cycle among the apiserver's spans %v", names(apiSpans))
+		}
+		if sp.Name == "POST /api/v1/namespaces/{:namespace}/pods" {
+			post = sp
+		}
+	}
+	if len(chain) == 0 {
+		t.Fatalf("tollgate's server span %+v has no parent", server)
+	}
+	if post.Kind.String() != "SPAN_KIND_SERVER" {
+		t.Errorf("no apiserver server span of the POST among tollgate's server span's ancestors %v", chain)
+	}
+	if ua := userAgent(post); !strings.HasPrefix(ua, "kubectl") {
+		t.Errorf("the POST's user agent %q (attributes %v), want kubectl's", ua, post.Attributes)
+	}
+	if pol.ParentSpanID != server.SpanID || pol.Attributes["tollgate.policy.allowed"] != false {
+		t.Errorf("policy span %+v: want a denial under the server span %s", pol, server.SpanID)
+	}
+	if server.Attributes["tollgate.request.namespace"] != ns || server.Attributes["tollgate.request.operation"] != "CREATE" {
+		t.Errorf("server span attributes %v", server.Attributes)
+	}
+	t.Logf("trace %s: %s <- %s <- %s; %d apiserver spans", traceID, pol.Name, server.Name, strings.Join(chain, " <- "), len(apiSpans))
+}
+
+// userAgent is the user agent an HTTP server span records (the current semantic conventions'
+// attribute, or the older one).
+func userAgent(sp otlptest.Span) string {
+	for _, k := range []string{"user_agent.original", "http.user_agent"} {
+		if ua, ok := sp.Attributes[k].(string); ok {
+			return ua
+		}
+	}
+	return ""
+}
+
+func names(spans map[string]otlptest.Span) map[string]string {
+	m := make(map[string]string, len(spans))
+	for id, sp := range spans {
+		m[id] = sp.Name
+	}
+	return m
+}
+
+// testTracingTraceparent: through the suite's apiserver (samplingRatePerMillion 0), a
+// server-side apply (what `kubectl apply --server-side` sends) that the policy denies, sent with
+// a sampled W3C traceparent of a fresh trace: the apiserver continues that trace, and the
+// receiver holds its spans and tollgate's, the server span a child of an apiserver span.
+func testTracingTraceparent(t *testing.T, ctx context.Context, ns string) {
 	// a client that sends a sampled traceparent of a fresh trace with each request
 	var traceID string
 	traced := rest.CopyConfig(env.cluster.Config)
@@ -105,7 +284,6 @@ func TestTracingAcrossTheAPIServer(t *testing.T) {
 		}
 		return nil
 	})
-
 	spans := env.otlp.WaitFor(t, 90*time.Second, "the apiserver's and tollgate's spans of trace "+traceID, func(s []otlptest.Span) bool {
 		var api, server, pol bool
 		for _, sp := range s {

@@ -76,10 +76,15 @@ type Cluster struct {
 	logf      func(string, ...any)
 	etcd      *process
 	apiserver *process
-	node      node
-	nodeMode  bool
-	stopOnce  sync.Once
-	stopErr   error
+	// apiserverFlags are the first kube-apiserver's flags; extra are the further ones that
+	// StartAPIServer runs and that have not stopped yet.
+	apiserverFlags []string
+	extraMu        sync.Mutex
+	extra          []*process
+	node           node
+	nodeMode       bool
+	stopOnce       sync.Once
+	stopErr        error
 }
 
 // AdminUser is the admin's user name; its token is in the kubeconfig.
@@ -267,6 +272,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, etcdURL, tok
 			})
 		}
 		flags := mergeFlags(base, opts.APIServerFlags)
+		c.apiserverFlags = flags
 		c.apiserver, err = startProcess(c.Dir, "kube-apiserver", c.Binaries.KubeAPIServer, flags...)
 		if err != nil {
 			return err
@@ -368,7 +374,11 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (stdout, stderr s
 
 // KubectlWithInput runs kubectl with stdin (e.g. a manifest for `apply -f -`).
 func (c *Cluster) KubectlWithInput(ctx context.Context, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
-	cmd := exec.CommandContext(ctx, c.Binaries.Kubectl, append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+	return c.kubectl(ctx, c.Kubeconfig, stdin, args...)
+}
+
+func (c *Cluster) kubectl(ctx context.Context, kubeconfig string, stdin io.Reader, args ...string) (stdout, stderr string, err error) {
+	cmd := exec.CommandContext(ctx, c.Binaries.Kubectl, append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
 	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -383,7 +393,11 @@ func (c *Cluster) KubectlWithInput(ctx context.Context, stdin io.Reader, args ..
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		var errs []error
-		for _, p := range append(c.nodeProcesses(), c.apiserver, c.etcd) {
+		c.extraMu.Lock()
+		extra := c.extra
+		c.extra = nil
+		c.extraMu.Unlock()
+		for _, p := range append(append(extra, c.nodeProcesses()...), c.apiserver, c.etcd) {
 			if p != nil {
 				begin := time.Now()
 				errs = append(errs, p.stop(15*time.Second))
