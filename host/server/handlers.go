@@ -182,7 +182,7 @@ func (s *Server) serveValidate(w http.ResponseWriter, r *http.Request, kind endp
 	}
 	code := s.write(w, kind, http.StatusOK, d.resp)
 	if set.shadows != nil {
-		s.shadowAfter(set, id, kind, in, d, len(body)) // after the answer, never instead of it
+		s.shadowAfter(r.Context(), set, id, kind, in, d, len(body)) // after the answer, never instead of it
 	}
 	return code
 }

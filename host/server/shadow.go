@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/tollgate-dev/tollgate/host/admission"
 	"github.com/tollgate-dev/tollgate/host/server/status"
 )
@@ -204,6 +206,12 @@ type shadowJob struct {
 	in      *input
 	serving answer
 	bytes   int64
+	// link is the request's server span when it was traced and sampled
+	// (invalid otherwise), and queued when the job was queued: the shadow
+	// evaluation's span (startShadow) starts then, in a trace of its own
+	// linked to the request's.
+	link   trace.SpanContext
+	queued time.Time
 }
 
 // answer is one version's answer to a request as it would be enforced
@@ -304,16 +312,20 @@ func (p *shadowPool) work() {
 		}
 		func() {
 			defer j.set.release()
+			reason := ""
 			switch {
 			case p.stopping():
-				p.dropped(j, dropShutdown)
+				reason = dropShutdown
 			case p.s.lim.busy():
-				p.dropped(j, dropBusy)
+				reason = dropBusy
 			case j.sh.st.cooling(time.Now()):
-				p.dropped(j, dropCoolingDown)
+				reason = dropCoolingDown
 			default:
 				p.s.runShadow(j)
+				return
 			}
+			p.dropped(j, reason)
+			p.s.traceDropped(j, reason)
 		}()
 	}
 }
@@ -352,14 +364,21 @@ func (p *shadowPool) stop() {
 
 // shadowAfter queues the evaluation of id's candidate on in, whose serving
 // answer is d, when the policy has a loaded candidate and the serving
-// version evaluated the request.
-func (s *Server) shadowAfter(set *policySet, id string, kind endpointKind, in *input, d decision, size int) {
+// version evaluated the request. ctx is the request's: when its server span
+// is sampled, the job carries it, for the link of the shadow's span.
+func (s *Server) shadowAfter(ctx context.Context, set *policySet, id string, kind endpointKind, in *input, d decision, size int) {
 	sh := set.shadows[id]
 	if sh == nil || kind == kindAudit || !sh.ready() || d.enforced == nil || d.reason == "cooling_down" || d.reason == "canceled" {
 		return
 	}
-	s.shadows.submit(&shadowJob{set: set, id: id, sh: sh, kind: kind, in: in,
-		serving: answer{resp: d.enforced, failed: d.reason}, bytes: int64(size)})
+	j := &shadowJob{set: set, id: id, sh: sh, kind: kind, in: in,
+		serving: answer{resp: d.enforced, failed: d.reason}, bytes: int64(size)}
+	if s.tracer != nil {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+			j.link, j.queued = sc, time.Now()
+		}
+	}
+	s.shadows.submit(j)
 }
 
 // runShadow evaluates j's candidate and compares its answer with the serving one.
@@ -372,6 +391,7 @@ func (s *Server) runShadow(j *shadowJob) {
 	// the evaluator enforces the candidate's deadline; this one is the backstop
 	ctx, cancel := context.WithTimeout(s.base, timeout+time.Second)
 	defer cancel()
+	ctx, span := s.startShadow(ctx, j)
 	start := time.Now()
 	var resp *admission.Response
 	var err error
@@ -387,11 +407,13 @@ func (s *Server) runShadow(j *shadowJob) {
 		if s.base.Err() != nil {
 			j.sh.st.drop(dropShutdown) // cut by the shutdown: nothing to compare
 			s.m.shadowDropped.WithLabelValues(j.id, dropShutdown).Inc()
+			span.end(j, start, cand, "", dropShutdown)
 			return
 		}
 	}
 	j.sh.st.judge(cand.failed == "timeout" || cand.failed == "memory", spent, time.Now())
 	kind := divergence(j.serving, cand)
+	span.end(j, start, cand, kind, "")
 	s.m.shadowEvaluations.WithLabelValues(j.id).Inc()
 	if kind != "" {
 		s.m.shadowDivergences.WithLabelValues(j.id, kind).Inc()

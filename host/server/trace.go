@@ -179,3 +179,70 @@ func (s *Server) runMember(ctx context.Context, name string, u *unit, kind endpo
 	span.End()
 	return res, err
 }
+
+// shadowSpan is the span of a shadow evaluation (shadow.go); its zero value
+// (the request was not traced) does nothing.
+type shadowSpan struct{ span trace.Span }
+
+// startShadow starts the span of j's evaluation when j's request was
+// traced: a new trace, linked to the request's server span, starting when
+// the job was queued. The evaluation runs after the answer was written, when
+// the request's trace may be complete (its server span ends right after the
+// answer), so it is not a child of it; the link ties them together both
+// ways in a trace viewer. The sampler follows the link (telemetry's
+// followLinks): the shadow evaluation of a sampled request is sampled
+// whatever the root sampler would say of the new trace.
+func (s *Server) startShadow(ctx context.Context, j *shadowJob) (context.Context, shadowSpan) {
+	if s.tracer == nil || !j.link.IsValid() {
+		return ctx, shadowSpan{}
+	}
+	ctx, span := s.tracer.Start(ctx, "shadow "+j.id, trace.WithNewRoot(), trace.WithTimestamp(j.queued),
+		trace.WithLinks(trace.Link{SpanContext: j.link}))
+	return ctx, shadowSpan{span: span}
+}
+
+// end ends the span with the policy span's attributes (of the candidate:
+// its module, its answer as it would be enforced, its failure), the shadow
+// queue's wait, whether it diverged from the serving answer (divergence, ""
+// for none), or why it was cut (dropped).
+func (ss shadowSpan) end(j *shadowJob, started time.Time, cand answer, divergence, dropped string) {
+	if ss.span == nil {
+		return
+	}
+	e := j.sh.e
+	a := make([]attribute.KeyValue, 0, 12)
+	a = append(a, attribute.String("tollgate.policy.id", j.id), attribute.String("tollgate.policy.mode", string(e.cfg.Mode)),
+		attribute.Float64("tollgate.policy.queue_wait", started.Sub(j.queued).Seconds()), attribute.Bool("tollgate.shadow", true))
+	if e.unit != nil {
+		a = unitAttributes(a, e.unit)
+	} else {
+		a = append(a, attribute.String("tollgate.policy.execution_mode", "group"))
+	}
+	if cand.resp != nil {
+		a = append(a, attribute.Bool("tollgate.policy.allowed", cand.resp.Allowed), attribute.Bool("tollgate.policy.mutated", len(cand.resp.Patch) > 0))
+	}
+	if cand.failed != "" {
+		a = append(a, attribute.String("tollgate.policy.error", cand.failed), attribute.String("error.type", cand.failed))
+		ss.span.SetStatus(codes.Error, cand.failed)
+	}
+	if dropped != "" {
+		a = append(a, attribute.String("tollgate.shadow.dropped", dropped))
+	} else {
+		if divergence == "" {
+			divergence = "none"
+		}
+		a = append(a, attribute.String("tollgate.shadow.divergence", divergence))
+	}
+	ss.span.SetAttributes(a...)
+	ss.span.End()
+}
+
+// traceDropped records, when j's request was traced, that its shadow
+// evaluation was dropped when its turn came (busy, cooling_down, shutdown):
+// a span from when it was queued to now. A job refused at once
+// (queue_full) has none: it is counted, and an overloaded server is not
+// given more work.
+func (s *Server) traceDropped(j *shadowJob, reason string) {
+	_, ss := s.startShadow(s.base, j)
+	ss.end(j, time.Now(), answer{}, "", reason)
+}

@@ -366,3 +366,180 @@ func TestTracingTimeoutAndCoolDown(t *testing.T) {
 		}
 	}
 }
+
+// shadowSpans are the spans named "shadow <id>" that link to a span of
+// traceID.
+func shadowSpans(spans []otlptest.Span, id, traceID string) []otlptest.Span {
+	var out []otlptest.Span
+	for _, s := range spans {
+		if s.Name != "shadow "+id {
+			continue
+		}
+		for _, l := range s.Links {
+			if l.TraceID == traceID {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// A shadow evaluation of a traced request has a span of its own, after the
+// answer: a new trace (no parent) linked to the request's server span, with
+// the policy span's attributes of the candidate, tollgate.shadow and the
+// divergence; a group's members and a candidate's timeout are in it, and a
+// candidate cooling down when its turn comes is a span saying dropped. The
+// request's own trace gets nothing after its answer.
+func TestTracingShadow(t *testing.T) {
+	rcv := otlptest.StartGRPC(t)
+	labels := wasmPath(t, "examples/required-labels")
+	pols := fmt.Sprintf(`
+deny:
+  module: file://%[1]s
+  settings: {mandatory_labels: [owner]}
+  shadow:
+    settings: {mandatory_labels: [owner, cost-center]}
+g:
+  expression: labels()
+  policies:
+    labels: {module: file://%[1]s, settings: {mandatory_labels: [owner]}}
+  shadow:
+    policies:
+      labels: {settings: {mandatory_labels: [owner, cost-center]}}
+slow:
+  module: file://%[1]s
+  settings: {mandatory_labels: [owner]}
+  timeoutEvalSeconds: 1
+  shadow:
+    module: file://%[2]s
+    settings: {behaviour: loop}
+`, labels, wasmPath(t, "test/testdata/policies/misbehave"))
+	h, _ := startTraced(t, rcv, pols)
+	shadowsReady(t, h, "deny", "g", "slow")
+	owned := reviewFor("uid-owned", "CREATE", "default", pod(map[string]string{"owner": "me"}))
+
+	// the serving version allows, the candidate denies: a verdict divergence
+	const traceID, parentID = "8bf92f3577b34da6a3ce929d0e0e4739", "00f067aa0ba902b7"
+	code, body := h.postTraced("/validate/deny", owned, "00-"+traceID+"-"+parentID+"-01")
+	if code != 200 || !bytes.Contains(body, []byte(`"allowed":true`)) {
+		t.Fatalf("HTTP %d: %s", code, body)
+	}
+	spans := rcv.WaitFor(t, 60*time.Second, "the shadow span linked to trace "+traceID, func(s []otlptest.Span) bool {
+		return len(shadowSpans(s, "deny", traceID)) == 1 && len(inTrace(s, traceID)) >= 2
+	})
+	tr := inTrace(spans, traceID)
+	srvSpan, pol := tr["POST /validate/{id}"], tr["policy deny"]
+	sh := shadowSpans(spans, "deny", traceID)[0]
+	if sh.TraceID == traceID || sh.ParentSpanID != "" {
+		t.Errorf("shadow span in trace %s with parent %q: want a new trace, no parent", sh.TraceID, sh.ParentSpanID)
+	}
+	if len(sh.Links) != 1 || sh.Links[0].SpanID != srvSpan.SpanID {
+		t.Errorf("shadow span's links %+v: want one, to the request's server span %s", sh.Links, srvSpan.SpanID)
+	}
+	wantAttrs(t, sh, map[string]any{"tollgate.policy.id": "deny", "tollgate.policy.mode": "protect", "tollgate.shadow": true,
+		"tollgate.shadow.divergence": "verdict", "tollgate.policy.allowed": false, "tollgate.policy.mutated": false,
+		"tollgate.policy.execution_mode": "kubewarden-wapc"})
+	if d, _ := sh.Attributes["tollgate.policy.module.digest"].(string); !strings.HasPrefix(d, "sha256:") || d != pol.Attributes["tollgate.policy.module.digest"] {
+		// same module, other settings: the same digest
+		t.Errorf("shadow module digest %q, serving %v", d, pol.Attributes["tollgate.policy.module.digest"])
+	}
+	if w, ok := sh.Attributes["tollgate.policy.queue_wait"].(float64); !ok || w < 0 {
+		t.Errorf("queue wait %v", sh.Attributes["tollgate.policy.queue_wait"])
+	}
+	if sh.Start.Before(pol.End) {
+		t.Errorf("the shadow span starts at %v, before the serving evaluation ended (%v)", sh.Start, pol.End)
+	}
+	if sh.StatusCode == tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("a candidate that answered: status %v", sh.StatusCode)
+	}
+	for name := range tr {
+		if strings.HasPrefix(name, "shadow") {
+			t.Errorf("span %q in the request's trace", name)
+		}
+	}
+
+	// the two agree: divergence none; a group's candidate has its member spans
+	const agreeTrace, groupTrace = "8bf92f3577b34da6a3ce929d0e0e4740", "8bf92f3577b34da6a3ce929d0e0e4741"
+	both := reviewFor("uid-both", "CREATE", "default", pod(map[string]string{"owner": "me", "cost-center": "42"}))
+	if code, body := h.postTraced("/validate/deny", both, "00-"+agreeTrace+"-"+parentID+"-01"); code != 200 || !bytes.Contains(body, []byte(`"allowed":true`)) {
+		t.Fatalf("HTTP %d: %s", code, body)
+	}
+	if code, body := h.postTraced("/validate/g", owned, "00-"+groupTrace+"-"+parentID+"-01"); code != 200 || !bytes.Contains(body, []byte(`"allowed":true`)) {
+		t.Fatalf("group: HTTP %d: %s", code, body)
+	}
+	spans = rcv.WaitFor(t, 60*time.Second, "the shadow spans of the agreeing and the group request", func(s []otlptest.Span) bool {
+		g := shadowSpans(s, "g", groupTrace)
+		return len(shadowSpans(s, "deny", agreeTrace)) == 1 && len(g) == 1 && len(inTrace(s, g[0].TraceID)) >= 2
+	})
+	wantAttrs(t, shadowSpans(spans, "deny", agreeTrace)[0], map[string]any{"tollgate.shadow.divergence": "none", "tollgate.policy.allowed": true})
+	g := shadowSpans(spans, "g", groupTrace)[0]
+	wantAttrs(t, g, map[string]any{"tollgate.policy.execution_mode": "group", "tollgate.shadow.divergence": "verdict", "tollgate.policy.allowed": false})
+	if m := inTrace(spans, g.TraceID)["member labels"]; m.ParentSpanID != g.SpanID || m.Attributes["tollgate.policy.allowed"] != false {
+		t.Errorf("the group candidate's member span %+v, want a denial under the shadow span %s", m, g.SpanID)
+	}
+
+	// a candidate that loops: the answer does not wait for it (the serving
+	// version answers at once; the candidate runs for its 1 s), its span says
+	// timeout; the next request's candidate, cooling down, is dropped
+	const slowTrace, coolTrace = "8bf92f3577b34da6a3ce929d0e0e4742", "8bf92f3577b34da6a3ce929d0e0e4743"
+	if code, body := h.postTraced("/validate/slow", owned, "00-"+slowTrace+"-"+parentID+"-01"); code != 200 || !bytes.Contains(body, []byte(`"allowed":true`)) {
+		t.Fatalf("slow: HTTP %d: %s", code, body)
+	}
+	spans = rcv.WaitFor(t, 60*time.Second, "the looping candidate's span", func(s []otlptest.Span) bool {
+		return len(shadowSpans(s, "slow", slowTrace)) == 1 && len(inTrace(s, slowTrace)) >= 2
+	})
+	slow := shadowSpans(spans, "slow", slowTrace)[0]
+	wantAttrs(t, slow, map[string]any{"tollgate.policy.error": "timeout", "tollgate.shadow.divergence": "error"})
+	if slow.StatusCode != tracepb.Status_STATUS_CODE_ERROR || slow.End.Sub(slow.Start) < time.Second {
+		t.Errorf("looping candidate's span: status %v, %v long; want Error, at least its 1 s", slow.StatusCode, slow.End.Sub(slow.Start))
+	}
+	if srv := inTrace(spans, slowTrace)["POST /validate/{id}"]; !srv.End.Before(slow.Start.Add(time.Second)) {
+		t.Errorf("the request's server span ended at %v, the candidate started at %v and ran 1 s: the answer waited for it", srv.End, slow.Start)
+	}
+	if code, _ := h.postTraced("/validate/slow", owned, "00-"+coolTrace+"-"+parentID+"-01"); code != 200 {
+		t.Fatalf("slow again: HTTP %d", code)
+	}
+	spans = rcv.WaitFor(t, 60*time.Second, "the dropped candidate's span", func(s []otlptest.Span) bool { return len(shadowSpans(s, "slow", coolTrace)) == 1 })
+	cool := shadowSpans(spans, "slow", coolTrace)[0]
+	wantAttrs(t, cool, map[string]any{"tollgate.shadow.dropped": "cooling_down", "tollgate.shadow": true})
+	if _, ok := cool.Attributes["tollgate.shadow.divergence"]; ok {
+		t.Errorf("a dropped evaluation has a divergence: %v", cool.Attributes)
+	}
+}
+
+// With parentbased_always_off (trace only what the caller traces), the
+// shadow evaluation of a request with a sampled traceparent is traced too
+// (the sampler follows the link), and a request without one makes no span
+// at all, nor does its shadow evaluation.
+func TestTracingShadowFollowsTheRequestsSampling(t *testing.T) {
+	rcv := otlptest.StartGRPC(t)
+	pols := fmt.Sprintf("deny:\n  module: file://%s\n  settings: {mandatory_labels: [owner]}\n  shadow:\n    settings: {mandatory_labels: [owner, cost-center]}\n",
+		wasmPath(t, "examples/required-labels"))
+	h, _ := startTraced(t, rcv, pols, "OTEL_TRACES_SAMPLER", "parentbased_always_off")
+	shadowsReady(t, h, "deny")
+	owned := reviewFor("uid-owned", "CREATE", "default", pod(map[string]string{"owner": "me"}))
+	// unsampled first: its shadow evaluation is done (counted) before the sampled request's
+	if code, _ := h.postTraced("/validate/deny", owned, ""); code != 200 {
+		t.Fatalf("HTTP %d", code)
+	}
+	eventually(t, "the first shadow evaluation", func() string {
+		if n, _, _ := shadowTotals(t, h, "deny"); n != 1 {
+			return fmt.Sprintf("%v shadow evaluations", n)
+		}
+		return ""
+	})
+	const traceID = "9bf92f3577b34da6a3ce929d0e0e4744"
+	if code, _ := h.postTraced("/validate/deny", owned, "00-"+traceID+"-00f067aa0ba902b7-01"); code != 200 {
+		t.Fatalf("HTTP %d", code)
+	}
+	spans := rcv.WaitFor(t, 60*time.Second, "the sampled request's shadow span", func(s []otlptest.Span) bool { return len(shadowSpans(s, "deny", traceID)) == 1 })
+	sh := shadowSpans(spans, "deny", traceID)[0]
+	wantAttrs(t, sh, map[string]any{"tollgate.shadow.divergence": "verdict"})
+	// every span the receiver has is of the sampled request's trace or its shadow's
+	for _, s := range spans {
+		if s.TraceID != traceID && s.TraceID != sh.TraceID {
+			t.Errorf("span %q of trace %s: the unsampled request or its shadow was traced", s.Name, s.TraceID)
+		}
+	}
+}

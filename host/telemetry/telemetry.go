@@ -106,8 +106,38 @@ func spanExporter(e Export, res *resource.Resource) (sdktrace.SpanExporter, erro
 	return newHTTPExporter(e, res)
 }
 
-// sampler is the SDK sampler of OTEL_TRACES_SAMPLER.
+// sampler is the SDK sampler of OTEL_TRACES_SAMPLER, following links
+// (followLinks) but for always_off, which samples nothing.
 func sampler(name string, arg float64) sdktrace.Sampler {
+	if name == "always_off" {
+		return sdktrace.NeverSample()
+	}
+	return followLinks{rootSampler(name, arg)}
+}
+
+// followLinks samples a new trace that links to a sampled span as that span
+// was sampled, and leaves every other decision to the configured sampler.
+// tollgate starts such traces for work it does for a request after
+// answering it (a shadow evaluation, host/server): it is traced when the
+// request is, whatever the root sampler would say of the new trace id
+// (parentbased_always_off would never sample it, a ratio a share of it).
+type followLinks struct{ sdktrace.Sampler }
+
+func (f followLinks) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if !trace.SpanContextFromContext(p.ParentContext).IsValid() {
+		for _, l := range p.Links {
+			if l.SpanContext.IsSampled() {
+				return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+			}
+		}
+	}
+	return f.Sampler.ShouldSample(p)
+}
+
+func (f followLinks) Description() string { return "FollowLinks{" + f.Sampler.Description() + "}" }
+
+// rootSampler is the SDK sampler named by OTEL_TRACES_SAMPLER.
+func rootSampler(name string, arg float64) sdktrace.Sampler {
 	switch name {
 	case "always_on":
 		return sdktrace.AlwaysSample()

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
@@ -192,5 +193,43 @@ func TestSampler(t *testing.T) {
 	off := newTelemetry(t, ProtocolHTTP, rcv.Endpoint, "OTEL_TRACES_SAMPLER", "always_off")
 	if _, s := off.Tracer().Start(context.Background(), "x"); s.IsRecording() {
 		t.Error("always_off records")
+	}
+}
+
+// The sampler follows a sampled link of a new trace (a shadow evaluation's
+// span, host/server) whatever the configured sampler says of the new trace,
+// and leaves everything else to it: an unsampled link, or a span with a
+// parent, is decided as before.
+func TestSamplerFollowsLinks(t *testing.T) {
+	sc := func(sampled bool) trace.SpanContext {
+		c := trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}}
+		if sampled {
+			c.TraceFlags = trace.FlagsSampled
+		}
+		return trace.NewSpanContext(c)
+	}
+	root := context.Background()
+	child := func(sampled bool) context.Context { return trace.ContextWithRemoteSpanContext(root, sc(sampled)) }
+	for _, c := range []struct {
+		sampler string
+		ctx     context.Context
+		links   []trace.Link
+		want    bool
+	}{
+		{"parentbased_always_off", root, nil, false},
+		{"parentbased_always_off", root, []trace.Link{{SpanContext: sc(true)}}, true},
+		{"parentbased_always_off", root, []trace.Link{{SpanContext: sc(false)}}, false},
+		{"traceidratio", root, []trace.Link{{SpanContext: sc(true)}}, true},
+		{"parentbased_always_on", root, nil, true},
+		{"parentbased_always_on", child(false), []trace.Link{{SpanContext: sc(true)}}, false}, // the parent decides
+		{"parentbased_always_off", child(true), nil, true},
+		{"always_off", root, []trace.Link{{SpanContext: sc(true)}}, false}, // nothing at all
+	} {
+		s := sampler(c.sampler, 0)
+		res := s.ShouldSample(sdktrace.SamplingParameters{ParentContext: c.ctx, TraceID: trace.TraceID{3}, Name: "x", Links: c.links})
+		if got := res.Decision == sdktrace.RecordAndSample; got != c.want {
+			t.Errorf("%s (%s), parent %v, links %v: sampled %v, want %v", c.sampler, s.Description(),
+				trace.SpanContextFromContext(c.ctx).IsValid(), len(c.links), got, c.want)
+		}
 	}
 }

@@ -40,6 +40,14 @@ type Span struct {
 	Scope      string
 	StatusCode tracepb.Status_StatusCode
 	Start, End time.Time
+	// Links are the span's links to other spans.
+	Links []Link
+}
+
+// Link is a received span's link to another span.
+type Link struct {
+	TraceID, SpanID string // hex
+	Attributes      map[string]any
 }
 
 // Point is one data point of a received metric: a sum's or gauge's value,
@@ -265,7 +273,8 @@ func (r *Receiver) add(req *collectortrace.ExportTraceServiceRequest) {
 					ParentSpanID: hex.EncodeToString(s.GetParentSpanId()), Name: s.GetName(), Kind: s.GetKind(),
 					Attributes: attrs(s.GetAttributes()), Resource: res, Scope: ss.GetScope().GetName(),
 					StatusCode: s.GetStatus().GetCode(),
-					Start:      time.Unix(0, int64(s.GetStartTimeUnixNano())), End: time.Unix(0, int64(s.GetEndTimeUnixNano()))})
+					Start:      time.Unix(0, int64(s.GetStartTimeUnixNano())), End: time.Unix(0, int64(s.GetEndTimeUnixNano())),
+					Links: links(s.GetLinks())})
 			}
 		}
 	}
@@ -400,6 +409,15 @@ func (r *Receiver) WaitFor(t testing.TB, timeout time.Duration, what string, ok 
 }
 
 // attrs flattens OTLP attributes (strings, booleans, integers, doubles).
+func links(ls []*tracepb.Span_Link) []Link {
+	var out []Link
+	for _, l := range ls {
+		out = append(out, Link{TraceID: hex.EncodeToString(l.GetTraceId()), SpanID: hex.EncodeToString(l.GetSpanId()),
+			Attributes: attrs(l.GetAttributes())})
+	}
+	return out
+}
+
 func attrs(kvs []*commonpb.KeyValue) map[string]any {
 	m := make(map[string]any, len(kvs))
 	for _, kv := range kvs {
