@@ -123,6 +123,10 @@ func apply(expr string) string {
 	return "\n    - patchType: ApplyConfiguration\n      applyConfiguration:\n        expression: " + quote(expr)
 }
 
+// oneLine joins an expression written on several lines (single spaces in its
+// string literals are kept).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
 func quote(s string) string {
 	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
 }
@@ -471,6 +475,22 @@ namespaces:
 `, []dreq{
 		{op: "CREATE", object: pod, expect: `"env":"prod"`},
 		{name: "namespace without the label", op: "CREATE", object: configMap, expect: "no such key: env"},
+	}},
+	{"format library", mkPolicy("format", "", apply(oneLine(`Object{metadata: Object.metadata{annotations: {
+		"label": format.dns1123Label().validate(object.metadata.name + ".X").value().join("|"),
+		"subdomain": string(format.dns1123Subdomain().validate(object.metadata.name).hasValue()),
+		"dns1035": format.dns1035Label().validate("1" + object.metadata.name).value().join("|"),
+		"qualified": format.qualifiedName().validate("a/b/c").value().join("|"),
+		"prefix": string(format.dns1123SubdomainPrefix().validate(object.metadata.name + "-").hasValue()),
+		"value": format.labelValue().validate("-x").value().join("|"),
+		"uri": format.uri().validate("not a uri").value().join("|"),
+		"uuid": string(format.uuid().validate("123e4567-e89b-12d3-a456-426614174000").hasValue()),
+		"byte": format.byte().validate("aGVsbG8").value().join("|"),
+		"date": format.date().validate("2021-02-30").value().join("|"),
+		"datetime": format.datetime().validate("2021-01-01T25:00:00Z").value().join("|"),
+		"long": format.named("dns1123Label").value().validate("abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij12345").value().join("|"),
+		"none": string(format.named("nope").hasValue())}}}`))), []dreq{
+		{op: "CREATE", object: pod, expect: `"long":"must be no more than 63 characters"`},
 	}},
 	{"new container by name in a Job", mkPolicy("job-container", "", apply(`Object{spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{containers: [Object.spec.template.spec.containers{name: "logger", image: "fluent-bit:3"}]}}}}`)), []dreq{
 		{op: "CREATE", object: job, expect: `"name":"logger"`},

@@ -68,18 +68,23 @@ func authzLibraries() []cel.EnvOption {
 		"errored": {
 			cel.MemberOverload("decision_errored", []*cel.Type{decisionType}, cel.BoolType,
 				cel.UnaryBinding(func(arg ref.Val) ref.Val {
-					if _, ok := arg.(decisionVal); !ok {
+					d, ok := arg.(decisionVal)
+					if !ok {
 						return types.MaybeNoSuchOverloadErr(arg)
 					}
-					return types.False // the authorizer never errs (rbac.go)
+					return types.Bool(d.err != nil) // only a cluster's authorizer errs (rbac.go never does)
 				}))},
 		"error": {
 			cel.MemberOverload("decision_error", []*cel.Type{decisionType}, cel.StringType,
 				cel.UnaryBinding(func(arg ref.Val) ref.Val {
-					if _, ok := arg.(decisionVal); !ok {
+					d, ok := arg.(decisionVal)
+					if !ok {
 						return types.MaybeNoSuchOverloadErr(arg)
 					}
-					return types.String("")
+					if d.err == nil {
+						return types.String("")
+					}
+					return types.String(d.err.Error())
 				}))},
 		"allowed": {
 			cel.MemberOverload("decision_allowed", []*cel.Type{decisionType}, cel.BoolType,
@@ -310,10 +315,11 @@ type decisionVal struct {
 	receiverOnly
 	decision decision
 	reason   string
+	err      error
 }
 
-func newDecisionVal(d decision, reason string) decisionVal {
-	return decisionVal{receiverOnly: receiverOnlyVal(decisionType), decision: d, reason: reason}
+func newDecisionVal(d decision, reason string, err error) decisionVal {
+	return decisionVal{receiverOnly: receiverOnlyVal(decisionType), decision: d, reason: reason, err: err}
 }
 
 // receiverOnly is the library's receiverOnlyObjectVal: a value that is only

@@ -18,12 +18,12 @@
 // apiserver's code (k8s.io/apiserver v0.36.6) that package engine links. The
 // library cost estimator is the apiserver's.
 //
-// Not yet (missing.go): the format library, and fromCluster settings (the
-// host capabilities: namespaces, params and the authorizer's decisions from
-// the cluster), which are refused; an expression using the format library
-// does not compile, so such policies are refused rather than answered
-// differently. Equivalent-resource matching (matchPolicy Equivalent across
-// API versions) is not done, as in package engine.
+// fromCluster settings: the guest gives the engine a Cluster (cluster.go:
+// namespaces, params and the authorizer's decisions through the host
+// capabilities, asked as package engine's guest asks them). The format
+// library is declared here (format.go), its validators without package net.
+// Equivalent-resource matching (matchPolicy Equivalent across API versions)
+// is not done, as in package engine.
 //
 // It must NOT import k8s.io/api, apimachinery's typed machinery or anything
 // that imports net or net/http (TinyGo's wasip1 root has neither), nor know

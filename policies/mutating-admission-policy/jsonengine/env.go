@@ -31,10 +31,8 @@ import (
 // (k8s.io/apiserver/pkg/cel/environment, baseOpts) as the stored-expressions
 // environment enables them: all of them but the strings library version 0,
 // which version 2 replaces. The authz libraries are this engine's (authz.go:
-// k8s.io/apiserver's need net/http, see scripts/tinygo-patches "nonet"); not
-// yet here (see missing.go): the format library, which needs package net;
-// the engine leaves it out in every build so that the native build answers
-// exactly as the TinyGo one.
+// k8s.io/apiserver's need net/http, see scripts/tinygo-patches "nonet"), and
+// so is the format library (format.go: k8s.io/apiserver's needs package net).
 func baseEnvOptions() ([]cel.EnvOption, []cel.ProgramOption) {
 	envOpts := []cel.EnvOption{
 		cel.HomogeneousAggregateLiterals(),

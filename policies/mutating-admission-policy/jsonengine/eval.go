@@ -30,6 +30,9 @@ type Engine struct {
 	mutations     []compiledMutation
 	namespaces    map[string]map[string]any
 	authorize     authorizerFunc
+	// cluster, when set (WithCluster), answers namespaces, params and the
+	// authorizer's checks instead of the settings.
+	cluster Cluster
 }
 
 // Result is the outcome of one request: accepted unchanged (Object nil),
@@ -105,6 +108,10 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	case "CREATE", "UPDATE", "CONNECT":
 	default:
 		return &Result{Accepted: true}, nil
+	}
+	if e.cluster != nil {
+		// One evaluation asks the cluster each question once.
+		e = e.WithCluster(&memoCluster{c: e.cluster})
 	}
 	a := &attrs{
 		group: req.Kind.Group, version: req.Kind.Version, kind: req.Kind.Kind,
@@ -183,7 +190,10 @@ func (e *Engine) dispatch(ctx context.Context, a *attrs, req *protocol.Kubernete
 		nsName = ""
 	}
 	if nsName != "" {
-		namespace = e.namespace(nsName)
+		if namespace, err = e.namespace(nsName); err != nil {
+			// Only a cluster's namespaces fail (the settings' never do).
+			return nil, append(errs, policyError{binding: true, err: fmt.Errorf("failed to get the namespace object: %w", err)}), nil
+		}
 	}
 	request := requestValue(a, req)
 	authz := newAuthorizerVal(&userInfo{name: req.UserInfo.Username, groups: req.UserInfo.Groups}, e.authorize)
@@ -461,6 +471,15 @@ func (e *Engine) collectParams(namespace string) ([]map[string]any, error) {
 	}
 	namespaced := ref.Namespace != ""
 	var candidates []map[string]any
+	if e.cluster != nil {
+		g, v, err := parseGroupVersion(kind.APIVersion)
+		if err != nil {
+			return nil, fmt.Errorf("paramKind.apiVersion %q: %w", kind.APIVersion, err)
+		}
+		if namespaced, err = e.cluster.ParamsNamespaced(kind.APIVersion, kind.Kind); err != nil {
+			return nil, fmt.Errorf("failed to find the scope of paramKind %s: %w", gvkString(g, v, kind.Kind), err)
+		}
+	}
 	for _, p := range e.s.Params {
 		if str(p["apiVersion"]) != kind.APIVersion || str(p["kind"]) != kind.Kind {
 			continue
@@ -496,6 +515,13 @@ func (e *Engine) collectParams(namespace string) ([]map[string]any, error) {
 		return nil, errors.New("one of name or selector must be provided")
 	}
 	var params []map[string]any
+	if e.cluster != nil {
+		var err error
+		if params, err = e.clusterParams(kind.APIVersion, kind.Kind, paramsNamespace, ref.Name, ref.Selector); err != nil {
+			return nil, err
+		}
+		candidates = nil
+	}
 	for _, p := range candidates {
 		ns := str(get(p, "metadata", "namespace"))
 		if ref.Selector == nil {
@@ -512,6 +538,11 @@ func (e *Engine) collectParams(namespace string) ([]map[string]any, error) {
 	}
 	return params, nil
 }
+
+// DecodeObject decodes a JSON object as unstructured content, as the
+// apiserver holds it: integers as int64, other numbers as float64; nil for an
+// absent or null object, an error for anything but an object.
+func DecodeObject(b []byte) (map[string]any, error) { return decodeObject(b) }
 
 // decodeObject decodes a JSON object as unstructured content: integers as
 // int64, other numbers as float64; nil for an absent or null object.

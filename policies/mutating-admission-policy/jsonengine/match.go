@@ -127,7 +127,11 @@ func (e *Engine) matchNamespace(a *attrs, sel *labelSelector) (bool, error) {
 	if a.resource == "namespaces" && a.subResource == "" && (a.operation == "CREATE" || a.operation == "UPDATE") {
 		labels = stringMap(get(a.object, "metadata", "labels"))
 	} else {
-		labels = stringMap(get(e.namespace(a.namespace), "metadata", "labels"))
+		ns, err := e.namespace(a.namespace)
+		if err != nil {
+			return false, err // only a cluster's namespaces fail
+		}
+		labels = stringMap(get(ns, "metadata", "labels"))
 	}
 	return s.matches(labels), nil
 }
@@ -221,15 +225,19 @@ func compileSelector(sel *labelSelector) (selector, error) {
 	return out, nil
 }
 
-// namespace returns the Namespace object of name: the settings' one, or one
-// with only the label the apiserver sets on every namespace.
-func (e *Engine) namespace(name string) map[string]any {
+// namespace returns the Namespace object of name: the cluster's (WithCluster),
+// the settings' one, or one with only the label the apiserver sets on every
+// namespace.
+func (e *Engine) namespace(name string) (map[string]any, error) {
+	if e.cluster != nil {
+		return e.clusterNamespace(name)
+	}
 	if ns, ok := e.namespaces[name]; ok {
-		return ns
+		return ns, nil
 	}
 	ns, _ := roundTripObject(map[string]any{
 		"apiVersion": "v1", "kind": "Namespace",
 		"metadata": map[string]any{"name": name, "labels": map[string]any{"kubernetes.io/metadata.name": name}},
 	}, "", "v1", "Namespace", false)
-	return ns
+	return ns, nil
 }

@@ -444,16 +444,28 @@ type authzAttributes struct {
 	apiVersionIsStar bool
 }
 
-type decision int
+// decision is the authorizer's answer (the apiserver's authorizer.Decision).
+type decision = Decision
+
+// Decision is an authorizer's decision, as k8s.io/apiserver's
+// authorizer.Decision: deny, allow or no opinion.
+type Decision int
 
 const (
-	decisionNoOpinion decision = iota
-	decisionAllow
+	DecisionDeny Decision = iota
+	DecisionAllow
+	DecisionNoOpinion
 )
 
-// authorizerFunc answers a check: a decision and its reason (no errors: the
-// privileged-group and RBAC authorizers give none for a request with a user).
-type authorizerFunc func(a *authzAttributes) (decision, string)
+const (
+	decisionNoOpinion = DecisionNoOpinion
+	decisionAllow     = DecisionAllow
+)
+
+// authorizerFunc answers a check: a decision, its reason and an error (the
+// privileged-group and RBAC authorizers give none for a request with a user;
+// a cluster's may, see Cluster).
+type authorizerFunc func(a *authzAttributes) (decision, string, error)
 
 // newAuthorizer is package engine's union of the privileged-group authorizer
 // (system:masters is allowed everything) and the RBAC authorizer over r, or
@@ -465,11 +477,12 @@ func newAuthorizer(r *rbacObjects) authorizerFunc {
 	if r != nil {
 		second = newRBACAuthorizer(r).authorize
 	}
-	return func(a *authzAttributes) (decision, string) {
+	return func(a *authzAttributes) (decision, string, error) {
 		if contains(a.user.groups, "system:masters") {
-			return decisionAllow, ""
+			return decisionAllow, "", nil
 		}
-		return second(a)
+		d, reason := second(a)
+		return d, reason, nil
 	}
 }
 

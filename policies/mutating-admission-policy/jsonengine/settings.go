@@ -27,6 +27,9 @@ type settings struct {
 	Namespaces  []map[string]any
 	RBAC        *rbacObjects // nil without "rbac": the sandbox's authorizer
 	HasParamRef bool
+	// FromCluster: namespaces, params and the authorizer's decisions come
+	// from the cluster (Engine.WithCluster); the settings have none of them.
+	FromCluster bool
 }
 
 type policy struct {
@@ -139,9 +142,22 @@ func decodeSettings(data []byte) (*settings, error) {
 		return nil, fmt.Errorf("%w: settings must contain a \"policy\" (a MutatingAdmissionPolicy object or its spec)", ErrInvalidSettings)
 	}
 	if raw.FromCluster {
-		return nil, fmt.Errorf("%w: fromCluster is not supported by this engine yet", ErrInvalidSettings)
+		var given []string
+		if !isNull(raw.Params) {
+			given = append(given, "params")
+		}
+		if !isNull(raw.RBAC) {
+			given = append(given, "rbac")
+		}
+		if len(raw.Namespaces) > 0 {
+			given = append(given, "namespaces")
+		}
+		if len(given) > 0 {
+			return nil, fmt.Errorf("%w: fromCluster: true reads params, namespaces and the authorizer's decisions from the cluster; "+
+				"remove %s (or set fromCluster: false to use them offline)", ErrInvalidSettings, strings.Join(given, ", "))
+		}
 	}
-	s := &settings{}
+	s := &settings{FromCluster: raw.FromCluster}
 	rbac, err := decodeRBAC(raw.RBAC)
 	if err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/jsonengine"
+	"github.com/tollgate-dev/tollgate/sdk/capabilities"
 	"github.com/tollgate-dev/tollgate/sdk/guest"
 	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
 )
@@ -58,6 +59,9 @@ func engineFor(settings []byte) (*jsonengine.Engine, error) {
 	e, err := jsonengine.Compile(settings)
 	if err != nil {
 		return nil, err
+	}
+	if e.FromCluster() {
+		e = e.WithCluster(newHostCluster(capabilities.Host{Call: guest.HostCall}))
 	}
 	if compiled.engines == nil {
 		compiled.engines = map[string]*jsonengine.Engine{}
