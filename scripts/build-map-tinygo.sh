@@ -160,6 +160,8 @@ check() {
 		"cel|newat|unimplemented: reflect.New()"
 		"cel|nomethodbyname|unimplemented: (reflect.Type).MethodByName()"
 		"cel|costlimit|panic: operation cancelled: actual cost limit exceeded"
+		"cel|parserabort|panic: More than 100 syntax errors"
+		"cel|antlrlexer|panic: LexerNoViableAltException"
 		"smd||ok"
 		"smd|nojsoniter|undefined symbol: reflect.unsafe_New"
 		"celk8s||ok"

@@ -35,10 +35,6 @@ type compiledMutation struct {
 // the output type against the allowed ones, make the program.
 func compileExpression(env *cel.Env, expr string, returnTypes ...*cel.Type) compiled {
 	c := compiled{expression: expr}
-	if bracketDepth(expr) >= maxRecursionDepth {
-		c.err = fmt.Errorf("compilation failed: %s", recursionLimitIssue) // see nesting.go
-		return c
-	}
 	ast, iss := env.Compile(expr)
 	if iss != nil {
 		c.err = fmt.Errorf("compilation failed: %s", iss.String())

@@ -1,14 +1,16 @@
 // Command cel is a TinyGo probe (see package tinygoprobe): cel-go compiling
 // and evaluating an expression over a dynamic object, as a MAP mutation's
-// expression reads Object and object, and an evaluation cancelled by its cost
+// expression reads Object and object, an evaluation cancelled by its cost
 // limit, as the apiserver limits every expression (cel-go cancels it with a
-// panic it recovers, which TinyGo cannot do on WebAssembly: patch costlimit).
+// panic it recovers, which TinyGo cannot do on WebAssembly: patch costlimit),
+// and expressions its parser stops at a limit (the same: patch parserabort).
 package main
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/interpreter"
@@ -32,7 +34,41 @@ func main() {
 		fail("Eval", err)
 	}
 	cost := costLimit(env)
-	fmt.Println("ok", out.Value(), "cost-limit", cost)
+	limits := parserLimits(env)
+	fmt.Println("ok", out.Value(), "cost-limit", cost, "parser-limits", limits)
+}
+
+// parserLimits compiles expressions cel-go's parser stops at one of its
+// limits (reporting syntax errors, recovering from them, looking ahead while
+// recovering, the depth of a rule while parsing and of the tree while
+// building the AST), which cel-go does with a panic it recovers in the
+// parser: each must be refused with the issues cel-go gives natively (their
+// number and the one that names the limit), not trap. It returns how many
+// were.
+func parserLimits(env *cel.Env) int {
+	cases := []struct {
+		name, expr, want string
+		issues           int
+	}{
+		// The 101st syntax error stops the parser; cel-go reports 100.
+		{"syntax errors", strings.Repeat("#", 150) + "1", "token recognition error at: '#'", 100},
+		{"error recoveries", strings.Repeat("(1 1) + ", 40) + "1", "error recovery attempt limit exceeded: 30", 31},
+		{"lookahead while recovering", "1 + ) " + strings.Repeat("a ", 300), "error recovery token lookahead limit exceeded: 256", 3},
+		{"rule depth while parsing", strings.Repeat("true ? 1 : ", 300) + "1", "expression recursion limit exceeded: 250", 1},
+		{"brackets while parsing", strings.Repeat("[", 300) + strings.Repeat("]", 300), "expression recursion limit exceeded: 250", 1},
+		{"tree depth while building", "a" + strings.Repeat(".b", 300), "max recursion depth exceeded", 1},
+		{"operators while building", strings.Repeat("1 + ", 300) + "1", "max recursion depth exceeded", 1},
+	}
+	for _, c := range cases {
+		_, iss := env.Compile(c.expr)
+		if iss.Err() == nil {
+			fail("Compile ("+c.name+")", errors.New("no error"))
+		}
+		if msg := iss.String(); !strings.Contains(msg, c.want) || len(iss.Errors()) != c.issues {
+			fail("Compile ("+c.name+")", fmt.Errorf("%d issues %.300q, want %d with %q", len(iss.Errors()), msg, c.issues, c.want))
+		}
+	}
+	return len(cases)
 }
 
 // costLimit evaluates nested comprehensions (10^4 products) with a cost limit
