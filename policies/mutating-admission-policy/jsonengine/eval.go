@@ -141,11 +141,11 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	if object == nil || a.object == nil {
 		return &Result{Accepted: true}, nil
 	}
-	before, err := json.Marshal(a.object)
+	before, err := encodeJSON(a.object)
 	if err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
 	}
-	after, err := json.Marshal(object)
+	after, err := encodeJSON(object)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the mutated object: %w", err)
 	}
@@ -551,6 +551,14 @@ func decodeObject(b json.RawMessage) (map[string]any, error) {
 	if len(b) == 0 || bytes.Equal(b, []byte("null")) {
 		return nil, nil
 	}
+	if m, ok := decodeFast(b); ok {
+		return m, nil
+	}
+	return decodeObjectLibrary(b)
+}
+
+// decodeObjectLibrary is decodeObject by encoding/json (b trimmed, not null).
+func decodeObjectLibrary(b []byte) (map[string]any, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	d.UseNumber()
 	var v any

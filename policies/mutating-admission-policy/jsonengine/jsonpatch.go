@@ -79,7 +79,7 @@ func applyJSONPatch(val interface{ Value() any }, object map[string]any, kind *a
 		}
 		ops = append(ops, o)
 	}
-	doc, err := json.Marshal(object)
+	doc, err := encodeJSON(object)
 	if err != nil {
 		return nil, fmt.Errorf("failed to create JSON patch: %w", err)
 	}

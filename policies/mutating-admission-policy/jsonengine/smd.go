@@ -2,7 +2,6 @@ package jsonengine
 
 import (
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -48,16 +47,36 @@ func builtinSchema() (*smdSchema, error) {
 	return builtinSMD.s, builtinSMD.err
 }
 
+// decodeSMDSchema decodes smd_schema.json. It reads the document without
+// reflection (decodeFastValue, numbers as float64 as encoding/json gives them
+// in an any): with encoding/json, the first apply configuration of every new
+// TinyGo instance spent a large part of its time here
+// (TestSMDSchemaDecoding compares the two).
 func decodeSMDSchema(b []byte) (*smdSchema, error) {
-	var raw struct {
-		Kinds map[string]string `json:"kinds"`
-		Types [][2]any          `json:"types"`
+	doc, ok := decodeFastValue(b, true)
+	top, _ := doc.(map[string]any)
+	if !ok || top == nil {
+		return nil, fmt.Errorf("smd_schema.json: not a JSON object")
 	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("smd_schema.json: %w", err)
+	kinds := map[string]string{}
+	if km, ok := top["kinds"].(map[string]any); ok {
+		for k, v := range km {
+			name, ok := v.(string)
+			if !ok {
+				return nil, fmt.Errorf("smd_schema.json: kind %s: not a type name", k)
+			}
+			kinds[k] = name
+		}
 	}
-	s := &schema.Schema{Types: make([]schema.TypeDef, len(raw.Types))}
-	for i, t := range raw.Types {
+	types, _ := top["types"].([]any)
+	s := &schema.Schema{Types: make([]schema.TypeDef, len(types))}
+	for i, tv := range types {
+		var t [2]any // as encoding/json decodes a list into [2]any
+		l, ok := tv.([]any)
+		if !ok {
+			return nil, fmt.Errorf("smd_schema.json: type %d: not a list", i)
+		}
+		copy(t[:], l)
 		name, _ := t[0].(string)
 		atom, err := decodeAtom(t[1])
 		if err != nil {
@@ -65,7 +84,7 @@ func decodeSMDSchema(b []byte) (*smdSchema, error) {
 		}
 		s.Types[i] = schema.TypeDef{Name: name, Atom: atom}
 	}
-	return &smdSchema{schema: s, kinds: raw.Kinds}, nil
+	return &smdSchema{schema: s, kinds: kinds}, nil
 }
 
 var errSchemaFormat = errors.New("malformed")

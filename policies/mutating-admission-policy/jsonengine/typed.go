@@ -34,7 +34,12 @@ type typeNode struct {
 	kind   string // s, p, l, m, string, bool, int, uint, float, bytes, time, microtime, quantity, intorstr, duration, raw
 	elem   int
 	fields []typeField
-	byName map[string]int // json name -> index in fields, inline fields flattened
+	// Of a struct, computed once when the table is loaded (finishTypedTable):
+	// its fields with the inline ones flattened, their names, and its Go
+	// type's name without the package.
+	flat  []typeField
+	names map[string]bool
+	short string
 }
 
 type typeField struct {
@@ -55,52 +60,89 @@ var typedTable struct {
 
 func loadTyped() error {
 	typedTable.once.Do(func() {
-		var raw struct {
-			Kinds   map[string]int    `json:"kinds"`
-			GoTypes []string          `json:"goTypes"`
-			Types   []json.RawMessage `json:"types"`
-		}
-		if err := json.Unmarshal(typedKindsJSON, &raw); err != nil {
-			typedTable.err = fmt.Errorf("typed_kinds.json: %w", err)
+		t, err := decodeTypedTable(typedKindsJSON)
+		if err != nil {
+			typedTable.err = err
 			return
 		}
-		if len(raw.GoTypes) != len(raw.Types) {
-			typedTable.err = fmt.Errorf("typed_kinds.json: %d Go type names for %d types", len(raw.GoTypes), len(raw.Types))
-			return
-		}
-		typedTable.kinds, typedTable.goTypes = raw.Kinds, raw.GoTypes
-		typedTable.nodes = make([]typeNode, len(raw.Types))
-		for i, t := range raw.Types {
-			var entry []json.RawMessage
-			if err := json.Unmarshal(t, &entry); err != nil || len(entry) == 0 {
-				typedTable.err = fmt.Errorf("typed_kinds.json: type %d: %v", i, err)
-				return
-			}
-			n := &typedTable.nodes[i]
-			_ = json.Unmarshal(entry[0], &n.kind)
-			switch n.kind {
-			case "p", "l", "m":
-				_ = json.Unmarshal(entry[1], &n.elem)
-			case "s":
-				for _, f := range entry[1:] {
-					var parts [3]json.RawMessage
-					if err := json.Unmarshal(f, &parts); err != nil {
-						typedTable.err = fmt.Errorf("typed_kinds.json: type %d: %v", i, err)
-						return
-					}
-					var tf typeField
-					var flags string
-					_ = json.Unmarshal(parts[0], &tf.name)
-					_ = json.Unmarshal(parts[1], &tf.typ)
-					_ = json.Unmarshal(parts[2], &flags)
-					tf.omitempty, tf.inline = strings.Contains(flags, "o"), strings.Contains(flags, "i")
-					tf.omitzero = strings.Contains(flags, "z")
-					n.fields = append(n.fields, tf)
-				}
-			}
-		}
+		typedTable.kinds, typedTable.nodes, typedTable.goTypes = t.kinds, t.nodes, t.goTypes
 	})
 	return typedTable.err
+}
+
+type typedTables struct {
+	kinds   map[string]int
+	nodes   []typeNode
+	goTypes []string
+}
+
+// decodeTypedTable decodes typed_kinds.json: {"kinds": {gvk: type}, "goTypes":
+// [name...], "types": [[kind, elem] | ["s", [name, type, flags]...]...]}. It
+// reads the document without reflection (decodeFastValue): with
+// encoding/json, the first evaluation of every new TinyGo instance spent
+// about half a second here (TestTypedTableDecoding compares the two).
+func decodeTypedTable(b []byte) (*typedTables, error) {
+	doc, ok := decodeFastValue(b, false)
+	top, _ := doc.(map[string]any)
+	if !ok || top == nil {
+		return nil, fmt.Errorf("typed_kinds.json: not a JSON object")
+	}
+	kinds, _ := top["kinds"].(map[string]any)
+	goTypes, _ := top["goTypes"].([]any)
+	types, _ := top["types"].([]any)
+	if len(goTypes) != len(types) {
+		return nil, fmt.Errorf("typed_kinds.json: %d Go type names for %d types", len(goTypes), len(types))
+	}
+	t := &typedTables{kinds: make(map[string]int, len(kinds)), goTypes: make([]string, len(goTypes)), nodes: make([]typeNode, len(types))}
+	for k, v := range kinds {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("typed_kinds.json: kind %s: not a type index", k)
+		}
+		t.kinds[k] = int(n)
+	}
+	for i, g := range goTypes {
+		t.goTypes[i], _ = g.(string)
+	}
+	for i, rt := range types {
+		entry, _ := rt.([]any)
+		if len(entry) == 0 {
+			return nil, fmt.Errorf("typed_kinds.json: type %d: not a non-empty list", i)
+		}
+		n := &t.nodes[i]
+		n.kind, _ = entry[0].(string)
+		switch n.kind {
+		case "p", "l", "m":
+			if len(entry) > 1 {
+				elem, _ := entry[1].(int64)
+				n.elem = int(elem)
+			}
+		case "s":
+			for _, f := range entry[1:] {
+				parts, ok := f.([]any)
+				if !ok || len(parts) > 3 {
+					return nil, fmt.Errorf("typed_kinds.json: type %d: a field is not [name, type, flags]", i)
+				}
+				var tf typeField
+				var flags string
+				if len(parts) > 0 {
+					tf.name, _ = parts[0].(string)
+				}
+				if len(parts) > 1 {
+					typ, _ := parts[1].(int64)
+					tf.typ = int(typ)
+				}
+				if len(parts) > 2 {
+					flags, _ = parts[2].(string)
+				}
+				tf.omitempty, tf.inline = strings.Contains(flags, "o"), strings.Contains(flags, "i")
+				tf.omitzero = strings.Contains(flags, "z")
+				n.fields = append(n.fields, tf)
+			}
+		}
+	}
+	finishTypedTable(t)
+	return t, nil
 }
 
 // typedKind gives the table entry of a built-in kind; false for other kinds
@@ -122,7 +164,7 @@ func roundTripObject(obj map[string]any, group, version, kind string, strict boo
 		return obj, nil
 	}
 	var unknown []string
-	out, err := roundTrip(obj, i, "", errContext{}, &unknown)
+	out, err := roundTrip(obj, i, make(lazyPath, 0, 32), errContext{field: make(lazyPath, 0, 32)}, &unknown)
 	if err != nil {
 		return nil, err
 	}
@@ -137,26 +179,63 @@ func roundTripObject(obj map[string]any, group, version, kind string, strict boo
 }
 
 // structFields lists a struct's fields with the inline ones flattened.
-func structFields(t int) []typeField {
-	var out []typeField
-	for _, f := range typedTable.nodes[t].fields {
-		if f.inline && typedTable.nodes[f.typ].kind == "s" {
-			out = append(out, structFields(f.typ)...)
+func structFields(t int) []typeField { return typedTable.nodes[t].flat }
+
+// finishTypedTable computes what roundTrip reads of every struct of t once,
+// instead of at each object it round-trips.
+func finishTypedTable(t *typedTables) {
+	var flatten func(i int) []typeField
+	flatten = func(i int) []typeField {
+		var out []typeField
+		for _, f := range t.nodes[i].fields {
+			if f.inline && t.nodes[f.typ].kind == "s" {
+				out = append(out, flatten(f.typ)...)
+				continue
+			}
+			out = append(out, f)
+		}
+		return out
+	}
+	for i := range t.nodes {
+		n := &t.nodes[i]
+		if n.kind != "s" {
 			continue
 		}
-		out = append(out, f)
+		n.flat = flatten(i)
+		n.names = make(map[string]bool, len(n.flat))
+		for _, f := range n.flat {
+			n.names[f.name] = true
+		}
+		n.short = t.goTypes[i][strings.LastIndex(t.goTypes[i], ".")+1:]
 	}
-	return out
 }
 
 // errContext is encoding/json's context of a decoding error: the struct
 // whose field is being decoded and the path of struct fields to it (no list
 // indices, no map keys).
-type errContext struct{ strct, field string }
+type errContext struct {
+	strct string
+	field lazyPath
+}
+
+// lazyPath is a dotted path (join's) kept as its parts, made a string only
+// for an error or an unknown field: building every field's path as a
+// string took a tenth of a round trip. The parts are appended in place
+// (siblings reuse the slot), so a lazyPath is read only while its call is
+// on the stack.
+type lazyPath []string
+
+func (p lazyPath) String() string {
+	s := ""
+	for _, name := range p {
+		s = join(s, name)
+	}
+	return s
+}
 
 // roundTrip gives v decoded into type t and encoded again; unknown collects
 // the paths of fields t does not have.
-func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any, error) {
+func roundTrip(v any, t int, path lazyPath, ec errContext, unknown *[]string) (any, error) {
 	n := &typedTable.nodes[t]
 	switch n.kind {
 	case "s":
@@ -164,18 +243,14 @@ func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any
 		if !ok && v != nil {
 			return nil, typeError(v, t, ec)
 		}
-		fields := structFields(t)
-		name := typedTable.goTypes[t]
-		name = name[strings.LastIndex(name, ".")+1:]
-		known := make(map[string]bool, len(fields))
+		fields, known, name := n.flat, n.names, n.short
 		out := make(map[string]any, len(fields))
 		for _, f := range fields {
-			known[f.name] = true
 			fv, present := in[f.name]
 			var val any
 			if present && fv != nil {
 				var err error
-				if val, err = roundTrip(fv, f.typ, join(path, f.name), errContext{strct: name, field: join(ec.field, f.name)}, unknown); err != nil {
+				if val, err = roundTrip(fv, f.typ, append(path, f.name), errContext{strct: name, field: append(ec.field, f.name)}, unknown); err != nil {
 					return nil, err
 				}
 			} else {
@@ -190,7 +265,7 @@ func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any
 			var extra []string
 			for k := range in {
 				if !known[k] {
-					extra = append(extra, join(path, k))
+					extra = append(extra, join(path.String(), k))
 				}
 			}
 			sort.Strings(extra)
@@ -237,7 +312,7 @@ func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any
 				continue
 			}
 			var err error
-			if out[k], err = roundTrip(e, n.elem, join(path, k), ec, unknown); err != nil {
+			if out[k], err = roundTrip(e, n.elem, append(path, k), ec, unknown); err != nil {
 				return nil, err
 			}
 		}
@@ -275,7 +350,7 @@ func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any
 		}
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %v", path.String(), err)
 		}
 		return base64.StdEncoding.EncodeToString(b), nil
 	case "time", "microtime":
@@ -292,7 +367,7 @@ func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any
 		}
 		tm, err := time.Parse(layout, s)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %v", path.String(), err)
 		}
 		return tm.UTC().Format(layout), nil
 	case "quantity":
@@ -309,7 +384,7 @@ func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any
 			return nil, typeError(v, t, ec)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %v", path.String(), err)
 		}
 		return q.String(), nil
 	case "intorstr":
@@ -329,7 +404,7 @@ func roundTrip(v any, t int, path string, ec errContext, unknown *[]string) (any
 		}
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", path, err)
+			return nil, fmt.Errorf("%s: %v", path.String(), err)
 		}
 		return d.String(), nil
 	}
@@ -372,10 +447,10 @@ func typeError(v any, t int, ec errContext) error {
 			value += " " + string(lit)
 		}
 	}
-	if ec.strct == "" && ec.field == "" {
+	if ec.strct == "" && ec.field.String() == "" {
 		return fmt.Errorf("json: cannot unmarshal %s into Go value of type %s", value, typ)
 	}
-	return fmt.Errorf("json: cannot unmarshal %s into Go struct field %s.%s of type %s", value, ec.strct, ec.field, typ)
+	return fmt.Errorf("json: cannot unmarshal %s into Go struct field %s.%s of type %s", value, ec.strct, ec.field.String(), typ)
 }
 
 // fitsInt: x fits the Go integer type named goType (int8 ... uint64).
