@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/tollgate-dev/tollgate/crds/api/v1"
+	"github.com/tollgate-dev/tollgate/host/telemetry"
 )
 
 // Event reasons of the PolicyServer reconciler.
@@ -206,7 +207,7 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	}
 	step(v1.ConditionRBACReconciled, rbacErr, rbacMsg)
 	dep, err := r.reconcileDeployment(ctx, ps)
-	step(v1.ConditionDeploymentReconciled, err, unsupportedFields(ps))
+	step(v1.ConditionDeploymentReconciled, err, deploymentNotes(ps))
 	if dep != nil {
 		ps.Status.ReadyReplicas = dep.Status.ReadyReplicas
 	}
@@ -227,6 +228,39 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		recheck = r.Options.CertCheckInterval
 	}
 	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// deploymentNotes is the DeploymentReconciled condition's message when the Deployment was
+// written: the fields that have no effect, and an OTEL_* variable of spec.env that tollgate serve
+// refuses (its pods would not start; the old ones keep serving).
+func deploymentNotes(ps *v1.PolicyServer) string {
+	var notes []string
+	for _, n := range []string{unsupportedFields(ps), telemetryEnvProblem(ps.Spec.Env)} {
+		if n != "" {
+			notes = append(notes, n)
+		}
+	}
+	return strings.Join(notes, "; ")
+}
+
+// telemetryEnvProblem checks the OTEL_* variables of env with the values written in it as
+// `tollgate serve` reads them (host/telemetry), and says what it would refuse, "" when nothing. A
+// variable from a Secret or ConfigMap (valueFrom) is not known here and is left out; an error
+// never shows a header's value.
+func telemetryEnvProblem(env []corev1.EnvVar) string {
+	vars := map[string]string{}
+	for _, e := range env {
+		if strings.HasPrefix(e.Name, "OTEL_") && e.ValueFrom == nil {
+			vars[e.Name] = e.Value // a later entry wins, as in the container
+		}
+	}
+	if len(vars) == 0 {
+		return ""
+	}
+	if _, err := telemetry.FromEnv(func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
+		return "spec.env: the policy server will not start: " + err.Error()
+	}
+	return ""
 }
 
 // unsupportedFields names the spec fields that are accepted for compatibility with Kubewarden

@@ -705,3 +705,51 @@ func TestPolicyServerConflictIsQuiet(t *testing.T) {
 		t.Fatalf("after the conflict: err %v, writes %v", err, writes)
 	}
 }
+
+// OTEL_* variables of spec.env that `tollgate serve` would refuse at start are named in the
+// DeploymentReconciled condition's message, and the Deployment is written all the same (its new
+// pods do not start, the old ones keep serving); valid ones, and one from a Secret, which the
+// controller cannot see, say nothing; a header's value never shows.
+func TestPolicyServerTelemetryEnv(t *testing.T) {
+	valid := []corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://otel-collector.observability.svc:4317"},
+		{Name: "OTEL_EXPORTER_OTLP_PROTOCOL", Value: "grpc"},
+		// from a Secret: not known to the controller, left out
+		{Name: "OTEL_EXPORTER_OTLP_HEADERS", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "collector-token"}, Key: "headers"}}},
+		{Name: "TOLLGATE_WORKERS", Value: "4"},
+	}
+	for _, c := range []struct {
+		add    []corev1.EnvVar
+		want   string // "" for no message
+		hidden string
+	}{
+		{nil, "", ""},
+		{[]corev1.EnvVar{{Name: "OTEL_TRACES_SAMPLER", Value: "sometimes"}}, `OTEL_TRACES_SAMPLER="sometimes": want always_on`, ""},
+		{[]corev1.EnvVar{{Name: "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", Value: "thrift"}}, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="thrift"`, ""},
+		{[]corev1.EnvVar{{Name: "OTEL_EXPORTER_OTLP_TRACES_HEADERS", Value: "authorization Bearer s3cr3t"}},
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS: entry 1 is not key=value", "s3cr3t"},
+	} {
+		ps := psObj("p")
+		ps.Spec.Env = append(slices.Clone(valid), c.add...)
+		e := newPSEnv(t, ps)
+		if _, err, _ := e.reconcile("p"); err != nil {
+			t.Fatalf("%v: %v", c.add, err)
+		}
+		got := e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+		cond := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionDeploymentReconciled)
+		switch {
+		case cond == nil || cond.Status != metav1.ConditionTrue:
+			t.Errorf("%v: DeploymentReconciled = %+v, want True", c.add, cond)
+		case c.want == "" && cond.Message != "":
+			t.Errorf("valid telemetry variables: DeploymentReconciled's message %q, want none", cond.Message)
+		case c.want != "" && (!strings.Contains(cond.Message, "spec.env: the policy server will not start: "+c.want) ||
+			c.hidden != "" && strings.Contains(cond.Message, c.hidden)):
+			t.Errorf("%v: DeploymentReconciled's message %q, want it to name %q (and not show %q)", c.add, cond.Message, c.want, c.hidden)
+		}
+		dep := e.get(&appsv1.Deployment{}, "policy-server-p").(*appsv1.Deployment)
+		if env := dep.Spec.Template.Spec.Containers[0].Env; len(env) != len(ps.Spec.Env) {
+			t.Errorf("%v: the Deployment's env %+v, want spec.env as written", c.add, env)
+		}
+	}
+}
