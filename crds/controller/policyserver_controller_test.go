@@ -753,3 +753,55 @@ func TestPolicyServerTelemetryEnv(t *testing.T) {
 		}
 	}
 }
+
+// Edits of spec.env reach the Deployment (a value changed, a variable added, one removed); a
+// name defined twice, which the CRD refuses at admission (a PolicyServer stored under an older
+// CRD may have one), is named in DeploymentReconciled and a Warning Event, and the Deployment is
+// not written. The fake client's server-side apply refuses the duplicate too, with "failed to
+// merge config: expected objects with types from the same schema"; the apiserver's own refusal
+// and the CRD's are in test/e2e/psenv TestPolicyServerEnv.
+func TestPolicyServerEnvEdits(t *testing.T) {
+	ps := psObj("p")
+	ps.Spec.Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "B", Value: "2"}}
+	e := newPSEnv(t, ps)
+	if _, err, _ := e.reconcile("p"); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range [][]corev1.EnvVar{
+		{{Name: "A", Value: "10"}, {Name: "B", Value: "2"}},
+		{{Name: "A", Value: "10"}, {Name: "B", Value: "2"}, {Name: "C", Value: "3"}},
+		{{Name: "A", Value: "10"}, {Name: "C", Value: "3"}},
+		nil,
+	} {
+		got := e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+		got.Spec.Env = env
+		if err := e.c.Update(e.ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		if _, err, _ := e.reconcile("p"); err != nil {
+			t.Fatalf("env %v: %v", env, err)
+		}
+		dep := e.get(&appsv1.Deployment{}, "policy-server-p").(*appsv1.Deployment)
+		if have := dep.Spec.Template.Spec.Containers[0].Env; !equality.Semantic.DeepEqual(have, env) {
+			t.Errorf("the Deployment's env %v, want %v", have, env)
+		}
+	}
+	_ = e.events()
+	got := e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+	got.Spec.Env = []corev1.EnvVar{{Name: "C", Value: "3"}, {Name: "C", Value: "4"}}
+	if err := e.c.Update(e.ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	const named = `spec.env: "C" is defined twice (entries 0 and 1)`
+	_, err, writes := e.reconcile("p")
+	if err == nil || !strings.Contains(err.Error(), named) || slices.Contains(writes, "apply Deployment policy-server-p") {
+		t.Errorf("C twice: err %v, writes %v", err, writes)
+	}
+	got = e.get(&v1.PolicyServer{}, "p").(*v1.PolicyServer)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1.ConditionDeploymentReconciled); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, named) {
+		t.Errorf("DeploymentReconciled = %+v", c)
+	}
+	if ev := e.events(); len(ev) != 1 || !strings.Contains(ev[0], named) {
+		t.Errorf("events %v", ev)
+	}
+}

@@ -177,6 +177,11 @@ func (r *PolicyServerReconciler) reconcileDeployment(ctx context.Context, ps *v1
 			return nil, err
 		}
 	}
+	if err := checkEnvNames(ps.Spec.Env); err != nil {
+		// Server-side apply would refuse the Deployment ("duplicate entries for key", in the
+		// Deployment's terms); the one it has keeps running.
+		return nil, err
+	}
 	dep, _, err := applyServerObject(ctx, r.Client, ps, r.desiredDeployment(ps))
 	if err != nil {
 		return nil, fmt.Errorf("Deployment: %w", err)
@@ -184,6 +189,20 @@ func (r *PolicyServerReconciler) reconcileDeployment(ctx context.Context, ps *v1
 	// The Deployment is written anyway: once the Secret (or ConfigMap) is fixed, kubelet starts
 	// the pods.
 	return dep, errors.Join(r.checkImagePullSecret(ctx, ps), r.checkVerificationConfigMaps(ctx, ps))
+}
+
+// checkEnvNames reports a variable spec.env defines twice. The CRD refuses it at admission
+// (spec.env is a list keyed by name); a PolicyServer stored under an older CRD, which did not,
+// may still have one.
+func checkEnvNames(env []corev1.EnvVar) error {
+	first := make(map[string]int, len(env))
+	for i, e := range env {
+		if j, ok := first[e.Name]; ok {
+			return fmt.Errorf("spec.env: %q is defined twice (entries %d and %d): a name may appear once; the Deployment was not written (its pods keep their environment)", e.Name, j, i)
+		}
+		first[e.Name] = i
+	}
+	return nil
 }
 
 // verificationMount is a ConfigMap of spec.verificationConfig or spec.sigstoreTrustConfig.

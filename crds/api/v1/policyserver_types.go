@@ -69,8 +69,11 @@ type PolicyServerSpec struct {
 	Labels map[string]string `json:"labels,omitempty"`
 
 	// Env is added to the policy server container's environment (TOLLGATE_<FLAG> variables set
-	// server flags; see docs/server.md).
+	// server flags; see docs/server.md). A name appears once: the Deployment is written by
+	// server-side apply, where a container's env is keyed by name.
 	// +optional
+	// +listType=map
+	// +listMapKey=name
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// ServiceAccountName runs the pods under this service account (the namespace's default
