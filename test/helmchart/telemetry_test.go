@@ -14,7 +14,7 @@ import (
 // TestTelemetry: Kubewarden's telemetry values put the OTEL_* variables (OTLP over gRPC to
 // telemetry.custom.endpoint) on the controller, the audit and the PolicyServer, after the env
 // they already have; an endpoint without a scheme gets http:// with insecure, https:// without;
-// on without an endpoint is refused.
+// on without an endpoint is refused, and so is a variable of policyServer.env that telemetry.* sets.
 func TestTelemetry(t *testing.T) {
 	envOf := func(env []corev1.EnvVar) map[string]string {
 		m := map[string]string{}
@@ -66,6 +66,13 @@ func TestTelemetry(t *testing.T) {
 	// off (the default): no OTEL_* anywhere
 	if out, err = render(t); err != nil || strings.Contains(out, "OTEL_") {
 		t.Errorf("default values render OTEL_* (%v)", err)
+	}
+	// policyServer.env naming a variable telemetry.* sets: refused by the chart, naming it (the
+	// CRD would refuse the PolicyServer at install: spec.env names a variable once)
+	if _, err := render(t, "--set", "telemetry.tracing=true", "--set", "telemetry.custom.endpoint=otel.obs.svc:4317",
+		"--set", "policyServer.env[0].name=OTEL_TRACES_EXPORTER", "--set", "policyServer.env[0].value=none"); err == nil ||
+		!strings.Contains(err.Error(), "policyServer.env sets OTEL_TRACES_EXPORTER, which telemetry.tracing/telemetry.metrics set too") {
+		t.Errorf("policyServer.env with OTEL_TRACES_EXPORTER and telemetry.tracing: %v", err)
 	}
 	// on without an endpoint
 	if _, err := render(t, "--set", "telemetry.tracing=true"); err == nil || !strings.Contains(err.Error(), "telemetry.custom.endpoint") {
