@@ -60,6 +60,10 @@
 #   POLICY_JOBS     builds run at the same time (default 2, at most 2)
 #   WASM_OPT        the wasm-opt for wasm-opt.args (default: scripts/install-binaryen.sh's, installed when missing)
 #   TOLLGATE_BUILD_CACHE  the build cache (see above)
+#   MAP_BUILD       go (default): policies/mutating-admission-policy is built as its policy.build says
+#                   (standard Go); tinygo: with TinyGo instead, by scripts/build-map-tinygo.sh (kind
+#                   map-tinygo below; opt-in, issue 31), and so embedded as the built-in by
+#                   embed-builtins.sh. Both outputs stay in the cache: switching back is "from cache".
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,6 +76,8 @@ TOOLS_DIR="${TOLLGATE_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/tools}
 TINYGO="${TINYGO:-$TOOLS_DIR/tinygo-$TINYGO_VERSION/bin/tinygo}"
 GO="${GO:-go}"
 JOBS="${POLICY_JOBS:-2}"
+MAP_BUILD="${MAP_BUILD:-go}"
+case "$MAP_BUILD" in go | tinygo) ;; *) printf 'build-policies: error: MAP_BUILD=%s (want go or tinygo)\n' "$MAP_BUILD" >&2; exit 1 ;; esac
 ((JOBS >= 1 && JOBS <= 2)) || JOBS=2
 SEARCH_DIRS=(examples policies test/testdata/policies)
 
@@ -286,6 +292,35 @@ compile_opa-wasm() {
 
 KINDS="tinygo-wasi, tinygo-wasi-legacy, go-wasip1, go-wasi or opa-wasm"
 
+# map-tinygo is the kind of policies/mutating-admission-policy when MAP_BUILD=tinygo (opt-in, issue
+# 31; no policy.build names it): its package tinygo/ (on package jsonengine) built with TinyGo by
+# scripts/build-map-tinygo.sh, against the dependencies patched at build time by
+# scripts/tinygo-patches (`make map-tinygo-engine`'s command), so that embed-builtins.sh embeds that
+# module as builtin://mutating-admission-policy. The key holds the patches and the script that
+# applies them besides the sources (the policy directory holds tinygo/ and jsonengine/) and TinyGo.
+MAP_DIR=policies/mutating-admission-policy
+recipe_map-tinygo() {
+	printf 'scripts/build-map-tinygo.sh tinygo -- -target=./wasip1-map.json -buildmode=c-shared -scheduler=none -no-debug\n'
+	(cd "$ROOT" && find scripts/build-map-tinygo.sh scripts/tinygo-patches -type f | LC_ALL=C sort | xargs -d '\n' sha256sum)
+	toolchain tinygo
+}
+tools_map-tinygo() { printf 'tinygo\n'; }
+compile_map-tinygo() {
+	TINYGO="$TINYGO" "$ROOT/scripts/build-map-tinygo.sh" -o "$PWD/$1" tinygo -- \
+		-target=./wasip1-map.json -buildmode=c-shared -scheduler=none -no-debug
+}
+
+# policy_kind prints dir's build kind: the word in its policy.build, but map-tinygo for the
+# MutatingAdmissionPolicy built-in when MAP_BUILD=tinygo.
+policy_kind() {
+	local dir="$1"
+	if [[ "$dir" == "$MAP_DIR" && "$MAP_BUILD" == tinygo ]]; then
+		printf 'map-tinygo\n'
+		return
+	fi
+	tr -d '[:space:]' <"$dir/policy.build"
+}
+
 # noproto_modfile prints, for a policy directory with strip-protobuf, the path of a temporary
 # go.mod (with its go.sum) that replaces k8s.io/api with a copy without its generated protobuf code
 # (see the top of this file); nothing for other directories. The caller removes its directory.
@@ -348,7 +383,7 @@ annotate_digest() {
 declare -A KEY=()
 plan() {
 	local dir="$1" kind src base need=()
-	kind="$(tr -d '[:space:]' <"$dir/policy.build")"
+	kind="$(policy_kind "$dir")"
 	NEED=""
 	declare -F "compile_$kind" >/dev/null || return 0 # build_one reports it
 	src="$(sources_digest "$dir")"
@@ -444,7 +479,7 @@ copy_to() { cp "$1" "$2"; }
 build_one() {
 	DIR="$1"
 	local state_file="$2" kind start how states=""
-	kind="$(tr -d '[:space:]' <"$DIR/policy.build")"
+	kind="$(policy_kind "$DIR")"
 	start="$EPOCHREALTIME"
 	if ! declare -F "compile_$kind" >/dev/null; then
 		printf 'build-policies: FAILED %s: unknown build kind %q in %s/policy.build (want %s)\n' "$DIR" "$kind" "$DIR" "$KINDS" >&2
