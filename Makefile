@@ -261,7 +261,8 @@ map-tinygo: tools
 # map-tinygo-engine builds the MAP module on package jsonengine with TinyGo (issue 31) into
 # policies/mutating-admission-policy/tinygo/policy.wasm (about 20 minutes under load) and runs
 # test/mapdiff on it (every case passes, 2026-12-02). Not shipped yet: builtin://mutating-admission-policy
-# stays the standard-Go module (docs/mutating-admission-policy.md, "Building and TinyGo", says why).
+# stays the standard-Go module (docs/mutating-admission-policy.md, "Building and TinyGo", says why)
+# unless MAP_BUILD=tinygo is set for make policies / make demo (scripts/build-policies.sh, opt-in).
 map-tinygo-engine: tools
 	./scripts/build-map-tinygo.sh -o policies/mutating-admission-policy/tinygo/policy.wasm \
 		policies/mutating-admission-policy/tinygo -- -target=./wasip1-map.json -buildmode=c-shared -scheduler=none -no-debug
