@@ -28,6 +28,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/jsonengine"
 	"github.com/tollgate-dev/tollgate/sdk/capabilities"
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 	"github.com/tollgate-dev/tollgate/sdk/guest"
 	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
 )
@@ -104,22 +105,13 @@ func validate(payload []byte) ([]byte, error) {
 	case !res.Accepted:
 		return kubewarden.RejectRequest(kubewarden.Message(res.Message), kubewarden.Code(res.Code))
 	case res.Object != nil:
-		return mutateResponse(res.Object), nil
+		// the engine encoded the object (compact, escaped as json.Marshal
+		// escapes): kubewarden.MutateRequest would check and compact it again
+		// by reflection (TestMutateResponse: the bytes are the same)
+		return fastjson.MutateRequest(res.Object), nil
 	default:
 		return kubewarden.AcceptRequest()
 	}
-}
-
-// mutateResponse is kubewarden.MutateRequest(object) for an object the
-// engine encoded (compact JSON, strings escaped as json.Marshal escapes
-// them), which MutateRequest would check and compact again by reflection:
-// TestMutateResponse checks that the bytes are the same.
-func mutateResponse(object []byte) []byte {
-	const head, tail = `{"accepted":true,"mutated_object":`, `}`
-	out := make([]byte, 0, len(head)+len(object)+len(tail))
-	out = append(out, head...)
-	out = append(out, object...)
-	return append(out, tail...)
 }
 
 // rawSettings keeps the settings' bytes as they came (the cache key).

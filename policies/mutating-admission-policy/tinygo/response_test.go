@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/jsonengine"
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
-// TestMutateResponse: mutateResponse gives kubewarden.MutateRequest's bytes
+// TestMutateResponse: fastjson.MutateRequest, the guest's answer, gives kubewarden.MutateRequest's bytes
 // for objects the engine encoded: the label and sidecar mutations of the
 // 5 KB Pod, and an object whose strings hold <, >, &, U+2028 and invalid
 // UTF-8 (which json.Marshal escapes, and MutateRequest's compaction would
@@ -57,7 +58,7 @@ func TestMutateResponse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := mutateResponse(obj); string(got) != string(want) {
+		if got := fastjson.MutateRequest(obj); string(got) != string(want) {
 			t.Fatalf("object %d:\n got %.300s\nwant %.300s", i, got, want)
 		}
 	}
