@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/sdk/fastjson"
 	"github.com/tollgate-dev/tollgate/sdk/kubewarden"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
@@ -109,7 +110,7 @@ func TestMutateResponse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := mutateResponse([]byte(obj)); string(got) != string(want) {
+		if got := fastjson.MutateRequest([]byte(obj)); string(got) != string(want) {
 			t.Fatalf("\n got %s\nwant %s", got, want)
 		}
 	}
