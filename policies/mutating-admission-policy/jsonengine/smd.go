@@ -217,11 +217,20 @@ func applyConfiguration(val any, object map[string]any, kind *attrs) (map[string
 	if err != nil {
 		return nil, fmt.Errorf("error applying patch: %w", err)
 	}
-	// The dispatcher converts the result to the typed object.
-	return roundTripObject(out, kind.group, kind.version, kind.kind, false)
+	// The dispatcher converts the result to the typed object; live is the
+	// output of such a conversion, and the members of out the patch does
+	// not reach are live's, so only those it reaches are converted again.
+	return roundTripTouched(out, patch, kind.group, kind.version, kind.kind)
 }
 
+// applyStructuredMergeDiff is the apiserver's merge of the patch into live
+// (typed.TypedValue.Merge after both are validated), computed on the parts
+// of live the patch reaches (mergeTouched) when it can.
 func applyStructuredMergeDiff(kind *attrs, live, patch map[string]any) (map[string]any, error) {
+	return applySMD(kind, live, patch, true)
+}
+
+func applySMD(kind *attrs, live, patch map[string]any, touchedOnly bool) (map[string]any, error) {
 	parse, err := parseableType(kind, patch)
 	if err != nil {
 		return nil, err
@@ -236,6 +245,11 @@ func applyStructuredMergeDiff(kind *attrs, live, patch map[string]any) (map[stri
 	liveTyped, err := parse.FromUnstructured(live, typed.AllowDuplicates)
 	if err != nil {
 		return nil, fmt.Errorf("failed to convert original object to typed object: %w", err)
+	}
+	if touchedOnly {
+		if m, ok := mergeTouched(parse, live, patch, patchTyped); ok {
+			return m, nil
+		}
 	}
 	merged, err := liveTyped.Merge(patchTyped)
 	if err != nil {
@@ -351,4 +365,104 @@ func pathString(path []fieldpath.PathElement) string {
 		sb.WriteString(p.String())
 	}
 	return sb.String()
+}
+
+// mergeTouched is liveTyped.Merge(patchTyped) for a live object that
+// validated, computed on the parts of live the patch reaches: the merge
+// makes each member of a map (that is not atomic) from the two sides'
+// members of that name alone, and a member only live has comes out as it went
+// in (its scalars as they are, its maps and lists rebuilt with the same
+// items, nulls and duplicates kept; with the live object validated, none of
+// it can fail). So live is pruned to the members the patch names, descending
+// where both sides hold a non-empty map of a map type that is not atomic,
+// the pruned object is merged with the patch by structured-merge-diff, and
+// the result is grafted onto live, whose other members it shares (nothing
+// here changes a map in place). false when anything is not as expected: the
+// caller merges the whole object then. TestMergeTouched compares the two on
+// the test objects and generated patches.
+func mergeTouched(parse typed.ParseableType, live, patch map[string]any, patchTyped *typed.TypedValue) (map[string]any, bool) {
+	a, ok := parse.Schema.Resolve(parse.TypeRef)
+	if !ok || a.Map == nil || a.Map.ElementRelationship == schema.Atomic || len(live) == 0 || len(patch) == 0 {
+		return nil, false
+	}
+	pruned := pruneLive(parse.Schema, a.Map, live, patch)
+	prunedTyped := typed.AsTypedUnvalidated(value.NewValueInterface(pruned), parse.Schema, parse.TypeRef) //nolint:staticcheck // live was validated whole
+	merged, err := prunedTyped.Merge(patchTyped)
+	if err != nil {
+		return nil, false
+	}
+	m, ok := merged.AsValue().Unstructured().(map[string]any)
+	if !ok {
+		return nil, false
+	}
+	return graft(parse.Schema, a.Map, live, patch, m)
+}
+
+// descend gives the map type of a member holding the maps lv (live) and pv
+// (patch) when mergeTouched descends into it: both non-empty maps, of a
+// map type that is not atomic.
+func descend(s *schema.Schema, t *schema.Map, key string, lv, pv any) (lm, pm map[string]any, mt *schema.Map, ok bool) {
+	lm, _ = lv.(map[string]any)
+	pm, _ = pv.(map[string]any)
+	if len(lm) == 0 || len(pm) == 0 {
+		return nil, nil, nil, false
+	}
+	tr := t.ElementType
+	if sf, found := t.FindField(key); found {
+		tr = sf.Type
+	}
+	a, found := s.Resolve(tr)
+	if !found || a.Map == nil || a.Map.ElementRelationship == schema.Atomic {
+		return nil, nil, nil, false
+	}
+	return lm, pm, a.Map, true
+}
+
+// pruneLive keeps the members of live that patch names.
+func pruneLive(s *schema.Schema, t *schema.Map, live, patch map[string]any) map[string]any {
+	out := make(map[string]any, len(patch))
+	for k, pv := range patch {
+		lv, ok := live[k]
+		if !ok {
+			continue
+		}
+		if lm, pm, mt, ok := descend(s, t, k, lv, pv); ok {
+			out[k] = pruneLive(s, mt, lm, pm)
+			continue
+		}
+		out[k] = lv
+	}
+	return out
+}
+
+// graft puts the merge of the pruned object (merged) onto live.
+func graft(s *schema.Schema, t *schema.Map, live, patch, merged map[string]any) (map[string]any, bool) {
+	for k := range patch {
+		if _, inLive := live[k]; inLive {
+			if _, ok := merged[k]; !ok {
+				return nil, false // a member the merge dropped: not expected
+			}
+		}
+	}
+	out := make(map[string]any, len(live)+len(merged))
+	for k, v := range live {
+		out[k] = v
+	}
+	for k, mv := range merged {
+		lm, pm, mt, ok := descend(s, t, k, live[k], patch[k])
+		if !ok {
+			out[k] = mv
+			continue
+		}
+		mm, isMap := mv.(map[string]any)
+		if !isMap {
+			return nil, false
+		}
+		g, ok := graft(s, mt, lm, pm, mm)
+		if !ok {
+			return nil, false
+		}
+		out[k] = g
+	}
+	return out, true
 }

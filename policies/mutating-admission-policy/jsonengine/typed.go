@@ -178,6 +178,67 @@ func roundTripObject(obj map[string]any, group, version, kind string, strict boo
 	return m, nil
 }
 
+// roundTripTouched is roundTripObject(obj, group, version, kind, false) for
+// an object whose members outside touched (an apply configuration's patch:
+// the members it names, at any depth) are the output of an earlier round
+// trip: those are taken as they are (a round trip of a round trip's output
+// gives it back), shared with it; the members touched names are converted
+// as roundTrip converts them, with the same errors. TestRoundTripTouched
+// compares it with roundTripObject.
+func roundTripTouched(obj, touched map[string]any, group, version, kind string) (map[string]any, error) {
+	i, ok := typedKind(group, version, kind)
+	if !ok || obj == nil {
+		return obj, nil
+	}
+	var unknown []string
+	out, err := roundTripSpliced(obj, i, touched, make(lazyPath, 0, 32), errContext{field: make(lazyPath, 0, 32)}, &unknown)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := out.(map[string]any)
+	return m, nil
+}
+
+// roundTripSpliced is roundTrip for v whose members outside touched are
+// already converted (roundTripTouched).
+func roundTripSpliced(v any, t int, touched any, path lazyPath, ec errContext, unknown *[]string) (any, error) {
+	n := &typedTable.nodes[t]
+	if n.kind == "p" && v != nil {
+		return roundTripSpliced(v, n.elem, touched, path, ec, unknown)
+	}
+	in, isMap := v.(map[string]any)
+	tm, isTouched := touched.(map[string]any)
+	if n.kind != "s" || !isMap || !isTouched {
+		return roundTrip(v, t, path, ec, unknown)
+	}
+	name := n.short
+	out := make(map[string]any, len(n.flat))
+	for _, f := range n.flat {
+		fv, present := in[f.name]
+		ft, reached := tm[f.name]
+		if !reached {
+			if present {
+				out[f.name] = fv
+			}
+			continue
+		}
+		var val any
+		if present && fv != nil {
+			var err error
+			if val, err = roundTripSpliced(fv, f.typ, ft, append(path, f.name), errContext{strct: name, field: append(ec.field, f.name)}, unknown); err != nil {
+				return nil, err
+			}
+		} else {
+			val = zero(f.typ)
+		}
+		if (f.omitempty && isEmpty(val, f.typ)) || (f.omitzero && isZero(val, f.typ)) {
+			continue
+		}
+		out[f.name] = val
+	}
+	return out, nil
+}
+
 // structFields lists a struct's fields with the inline ones flattened.
 func structFields(t int) []typeField { return typedTable.nodes[t].flat }
 

@@ -1,0 +1,307 @@
+package jsonengine
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The apply configuration's fast path (mergeTouched, roundTripTouched) is
+// compared with the whole-object path it shortcuts (structured-merge-diff's
+// Merge of the whole live object, roundTripObject of the whole result) on
+// the test objects and on patches generated from them: the same members
+// named again, changed, added, nulled or emptied, at every depth, lists
+// replaced, items added to keyed lists, values of the wrong type. Both must
+// give the same object (the same JSON) or the same error.
+
+// touchedObjects are the live objects: test/testdata/reviews' objects and
+// this package's test objects, each as the engine holds a request's object
+// (decoded and round-tripped), with its kind.
+func touchedObjects(t testing.TB) []touchedObject {
+	t.Helper()
+	var out []touchedObject
+	add := func(name string, raw []byte) {
+		obj, err := decodeObject(raw)
+		if err != nil || obj == nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		g, v, found := strings.Cut(str(obj["apiVersion"]), "/")
+		if !found {
+			g, v = "", str(obj["apiVersion"])
+		}
+		k := &attrs{group: g, version: v, kind: str(obj["kind"])}
+		canon, err := roundTripObject(obj, k.group, k.version, k.kind, false)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, touchedObject{name: name, kind: k, live: canon})
+	}
+	files, _ := filepath.Glob("../../../test/testdata/reviews/*.json")
+	if len(files) < 4 {
+		t.Fatalf("test/testdata/reviews: %d objects", len(files))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var review struct {
+			Request struct {
+				Object json.RawMessage `json:"object"`
+			} `json:"request"`
+		}
+		if err := json.Unmarshal(b, &review); err != nil {
+			t.Fatal(err)
+		}
+		add(filepath.Base(f), review.Request.Object)
+	}
+	for name, y := range map[string]string{"pod": podYAML, "deployment": deploymentYAML, "widget": widgetYAML,
+		"pod-duplicates": strings.Replace(podYAML, "volumes: [{name: data, emptyDir: {}}]",
+			"volumes: [{name: data, emptyDir: {}}, {name: data, hostPath: {path: /d}}]\n  hostAliases: [{ip: 10.0.0.1}, {ip: 10.0.0.1, hostnames: [a]}]", 1)} {
+		j, err := yaml.YAMLToJSON([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(name, j)
+	}
+	return out
+}
+
+type touchedObject struct {
+	name string
+	kind *attrs
+	live map[string]any
+}
+
+// applyBoth runs the apply configuration both ways and fails when they
+// differ; it returns the outcome's category ("merged" or the error's start).
+func applyBoth(t testing.TB, o touchedObject, patch map[string]any) string {
+	t.Helper()
+	apiVersion := o.kind.version
+	if o.kind.group != "" {
+		apiVersion = o.kind.group + "/" + o.kind.version
+	}
+	outcome := func(fast bool) string {
+		p := deepCopyJSON(patch).(map[string]any)
+		p["apiVersion"], p["kind"] = apiVersion, o.kind.kind
+		before, _ := encodeJSON(o.live)
+		var out map[string]any
+		var err error
+		if fast {
+			out, err = applySMD(o.kind, o.live, p, true)
+			if err == nil {
+				out, err = roundTripTouched(out, p, o.kind.group, o.kind.version, o.kind.kind)
+			}
+		} else {
+			out, err = applySMD(o.kind, o.live, p, false)
+			if err == nil {
+				out, err = roundTripObject(out, o.kind.group, o.kind.version, o.kind.kind, false)
+			}
+		}
+		if after, _ := encodeJSON(o.live); string(after) != string(before) {
+			t.Fatalf("%s: the live object changed (fast %v)", o.name, fast)
+		}
+		if err != nil && strings.HasPrefix(err.Error(), "failed to convert patch object to typed object") {
+			// The patch's validation runs before the two paths part (and
+			// stops at the first undeclared field of a map, in the order
+			// of a Go map's iteration: a different list from run to run).
+			return "error: failed to convert patch object to typed object"
+		}
+		if err != nil {
+			// structured-merge-diff and findAtomics list several errors or
+			// paths in the order of a Go map's iteration (so does the
+			// apiserver): compared as sets.
+			msg := err.Error()
+			sep := "\n"
+			const atomics = "error applying patch: invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: "
+			if strings.HasPrefix("error applying patch: "+msg, atomics) {
+				msg, sep = strings.TrimPrefix("error applying patch: "+msg, atomics), ", "
+			}
+			lines := strings.Split(msg, sep)
+			sort.Strings(lines)
+			return "error: " + strings.Join(lines, "\n")
+		}
+		b, err := encodeJSON(out)
+		if err != nil {
+			t.Fatalf("%s: encoding: %v", o.name, err)
+		}
+		// Encoded the way the library does too: the same types throughout.
+		lib, err := json.Marshal(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b) + "\n" + string(lib)
+	}
+	slow, fast := outcome(false), outcome(true)
+	if slow != fast {
+		pj, _ := json.Marshal(patch)
+		t.Fatalf("%s, patch %.3000s:\nwhole object: %.3000s\nfast path:    %.3000s", o.name, pj, slow, fast)
+	}
+	if strings.HasPrefix(slow, "error: ") {
+		return slow[:min(len(slow), 50)]
+	}
+	return "merged"
+}
+
+func deepCopyJSON(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = deepCopyJSON(e)
+		}
+		return m
+	case []any:
+		l := make([]any, len(x))
+		for i, e := range x {
+			l[i] = deepCopyJSON(e)
+		}
+		return l
+	}
+	return v
+}
+
+// genPatch makes an apply configuration from live: it names some of its
+// members again (descending into maps), with their values, changed ones,
+// nulls, empty maps and lists, new members, and lists replaced or extended
+// with one item.
+func genPatch(r *rand.Rand, live map[string]any, depth int) map[string]any {
+	p := map[string]any{}
+	keys := make([]string, 0, len(live))
+	for k := range live {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if r.Intn(3) != 0 {
+			continue
+		}
+		p[k] = genValue(r, live[k], depth)
+	}
+	if r.Intn(40) == 0 {
+		p[fmt.Sprintf("new%d", r.Intn(3))] = genValue(r, nil, depth)
+	}
+	for _, k := range []string{"labels", "annotations", "finalizers", "replicas", "image", "name"} {
+		if _, ok := live[k]; !ok && r.Intn(40) == 0 {
+			p[k] = genValue(r, nil, depth)
+		}
+	}
+	return p
+}
+
+func genValue(r *rand.Rand, v any, depth int) any {
+	switch r.Intn(40) {
+	case 0:
+		return nil
+	case 1:
+		return map[string]any{}
+	case 2:
+		return []any{}
+	case 3:
+		return "x"
+	case 4:
+		return int64(r.Intn(3))
+	case 5:
+		return map[string]any{"team": "payments"}
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if depth < 6 {
+			return genPatch(r, x, depth+1)
+		}
+		return deepCopyJSON(x)
+	case []any:
+		l := deepCopyJSON(x).([]any)
+		if len(l) > 0 && r.Intn(2) == 0 {
+			item := deepCopyJSON(l[r.Intn(len(l))])
+			if m, ok := item.(map[string]any); ok && depth < 6 {
+				item = genPatch(r, m, depth+1)
+				if n, ok := m["name"]; ok && r.Intn(2) == 0 {
+					item.(map[string]any)["name"] = n
+				}
+			}
+			if r.Intn(2) == 0 {
+				return []any{item}
+			}
+			return append(l, item)
+		}
+		return l
+	case string:
+		if r.Intn(2) == 0 {
+			return x
+		}
+		return x + "-2"
+	case int64:
+		return x + int64(r.Intn(2))
+	case bool:
+		return !x
+	}
+	return v
+}
+
+// TestMergeTouched: the fast path and the whole-object path give the same
+// objects and errors on every test object with generated patches (and the
+// patches hit both outcomes).
+func TestMergeTouched(t *testing.T) {
+	objects := touchedObjects(t)
+	r := rand.New(rand.NewSource(31))
+	counts := map[string]int{}
+	for _, o := range objects {
+		for _, p := range []map[string]any{
+			{"metadata": map[string]any{"labels": map[string]any{"team": "payments"}}},
+			{"metadata": map[string]any{"labels": map[string]any{}}},
+			{"metadata": map[string]any{"labels": nil}},
+			{"metadata": nil},
+			{"metadata": map[string]any{}},
+			{"spec": map[string]any{"containers": []any{map[string]any{"name": "app", "image": "x"}}}},
+			{"spec": map[string]any{"volumes": []any{map[string]any{"name": "data", "emptyDir": map[string]any{"medium": "Memory"}}}}},
+			{"spec": map[string]any{"hostAliases": []any{map[string]any{"ip": "10.0.0.1", "hostnames": []any{"b"}}}}},
+			{"status": map[string]any{"phase": 3}},
+			{},
+		} {
+			counts[applyBoth(t, o, p)]++
+		}
+		for i := 0; i < 300; i++ {
+			counts[applyBoth(t, o, genPatch(r, o.live, 0))]++
+		}
+	}
+	t.Logf("outcomes: %v", counts)
+	if counts["merged"] < 1000 || len(counts) < 4 {
+		t.Fatalf("the patches do not test both outcomes: %v", counts)
+	}
+}
+
+// FuzzMergeTouched is TestMergeTouched with the seed of the generated
+// patches fuzzed (go test -fuzz FuzzMergeTouched -fuzztime 10s).
+func FuzzMergeTouched(f *testing.F) {
+	objects := touchedObjects(f)
+	f.Add(int64(1), uint8(0))
+	f.Add(int64(31), uint8(3))
+	f.Fuzz(func(t *testing.T, seed int64, which uint8) {
+		o := objects[int(which)%len(objects)]
+		applyBoth(t, o, genPatch(rand.New(rand.NewSource(seed)), o.live, 0))
+	})
+}
+
+// TestRoundTripTouchedIdempotent: roundTripTouched takes the members its
+// patch does not reach as they are, which holds because a round trip of a
+// round trip's output gives it back: checked on every test object.
+func TestRoundTripTouchedIdempotent(t *testing.T) {
+	for _, o := range touchedObjects(t) {
+		again, err := roundTripObject(o.live, o.kind.group, o.kind.version, o.kind.kind, false)
+		if err != nil {
+			t.Fatalf("%s: %v", o.name, err)
+		}
+		if !reflect.DeepEqual(again, o.live) {
+			t.Fatalf("%s: a second round trip changes the object", o.name)
+		}
+	}
+}
