@@ -141,11 +141,28 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	if object == nil || a.object == nil {
 		return &Result{Accepted: true}, nil
 	}
-	before, err := encodeJSON(a.object)
+	return e.result(a.object, object, !slowPaths)
+}
+
+// result compares the request's object with the mutated one: unchanged if
+// they encode alike, else the mutated object's JSON. fast compares them
+// without encoding the request's object where sameJSON can tell.
+func (e *Engine) result(object, mutated map[string]any, fast bool) (*Result, error) {
+	if fast {
+		if after, err := encodeJSON(mutated); err == nil {
+			if same, ok := sameJSON(object, mutated); ok {
+				if same {
+					return &Result{Accepted: true}, nil
+				}
+				return &Result{Accepted: true, Object: after}, nil
+			}
+		}
+	}
+	before, err := encodeJSON(object)
 	if err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
 	}
-	after, err := encodeJSON(object)
+	after, err := encodeJSON(mutated)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the mutated object: %w", err)
 	}

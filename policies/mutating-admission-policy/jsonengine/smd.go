@@ -220,14 +220,21 @@ func applyConfiguration(val any, object map[string]any, kind *attrs) (map[string
 	// The dispatcher converts the result to the typed object; live is the
 	// output of such a conversion, and the members of out the patch does
 	// not reach are live's, so only those it reaches are converted again.
+	if slowPaths {
+		return roundTripObject(out, kind.group, kind.version, kind.kind, false)
+	}
 	return roundTripTouched(out, patch, kind.group, kind.version, kind.kind)
 }
+
+// slowPaths turns the fast paths off (mergeTouched, roundTripTouched,
+// sameJSON): TestFastPathsAgainstSlow compares whole evaluations both ways.
+var slowPaths = false
 
 // applyStructuredMergeDiff is the apiserver's merge of the patch into live
 // (typed.TypedValue.Merge after both are validated), computed on the parts
 // of live the patch reaches (mergeTouched) when it can.
 func applyStructuredMergeDiff(kind *attrs, live, patch map[string]any) (map[string]any, error) {
-	return applySMD(kind, live, patch, true)
+	return applySMD(kind, live, patch, !slowPaths)
 }
 
 func applySMD(kind *attrs, live, patch map[string]any, touchedOnly bool) (map[string]any, error) {

@@ -1,6 +1,7 @@
 package jsonengine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
 // The apply configuration's fast path (mergeTouched, roundTripTouched) is
@@ -303,5 +306,96 @@ func TestRoundTripTouchedIdempotent(t *testing.T) {
 		if !reflect.DeepEqual(again, o.live) {
 			t.Fatalf("%s: a second round trip changes the object", o.name)
 		}
+	}
+}
+
+// TestFastPathsAgainstSlow: whole evaluations with the fast paths and
+// without them (slowPaths) give the same results, bytes and messages alike:
+// every case of this package's tests, and every test object under apply
+// configurations that add, keep, replace and merge members (one that
+// changes nothing among them), alone and followed by a JSON patch.
+func TestFastPathsAgainstSlow(t *testing.T) {
+	ctx := context.Background()
+	evaluate := func(t *testing.T, e *Engine, req *protocol.KubernetesAdmissionRequest, slow bool) string {
+		slowPaths = slow
+		defer func() { slowPaths = false }()
+		res, err := e.Evaluate(ctx, req)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("%v %d %q\n%s", res.Accepted, res.Code, res.Message, res.Object)
+	}
+	compare := func(t *testing.T, e *Engine, req *protocol.KubernetesAdmissionRequest) string {
+		slow, fast := evaluate(t, e, req, true), evaluate(t, e, req, false)
+		if slow != fast {
+			t.Fatalf("slow paths: %.2000s\nfast paths: %.2000s", slow, fast)
+		}
+		return slow
+	}
+	for _, c := range append(testCases, authzCases...) {
+		settings, err := yaml.YAMLToJSON([]byte(c.settings))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := Compile(settings)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, r := range c.requests {
+			compare(t, e, admissionRequest(t, r))
+		}
+	}
+	policies := []string{
+		ac(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`),
+		ac(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`) + ac(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`),
+		ac(`Object{metadata: Object.metadata{annotations: {"a": "b"}, finalizers: ["x"]}}`),
+		ac(`Object{spec: Object.spec{containers: [Object.spec.containers{name: "app", image: "nginx:2"}]}}`),
+		ac(`Object{spec: Object.spec{containers: [Object.spec.containers{name: "checkout", image: "nginx:2", ports: [Object.spec.containers.ports{containerPort: 9090}]}]}}`),
+		ac(`Object{metadata: Object.metadata{labels: {"team": "payments"}}}`) + jp(`[JSONPatch{op: "add", path: "/metadata/annotations", value: {"x": "y"}}]`),
+		ac(`Object{metadata: Object.metadata{labels: object.metadata.?labels.orValue({})}}`),
+		ac(`Object{spec: Object.spec{priority: 3}}`),
+	}
+	counts := map[string]int{}
+	for _, o := range touchedObjects(t) {
+		raw, err := encodeJSON(o.live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resource := strings.ToLower(o.kind.kind) + "s"
+		if o.kind.kind == "Ingress" {
+			resource = "ingresses"
+		}
+		req := &protocol.KubernetesAdmissionRequest{
+			UID: "1", Operation: "CREATE", Namespace: "default",
+			Kind:     protocol.GroupVersionKind{Group: o.kind.group, Version: o.kind.version, Kind: o.kind.kind},
+			Resource: protocol.GroupVersionResource{Group: o.kind.group, Version: o.kind.version, Resource: resource},
+			UserInfo: protocol.UserInfo{Username: "alice"},
+			Object:   raw,
+		}
+		for _, p := range policies {
+			y := strings.Replace(policyYAML("", p), "resources: [pods, deployments, widgets]", "resources: ['*']", 1)
+			y = strings.Replace(y, `apiGroups: ["", apps, example.com]`, `apiGroups: ["*"]`, 1)
+			settings, err := yaml.YAMLToJSON([]byte(y))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := Compile(settings)
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			out := compare(t, e, req)
+			switch {
+			case strings.HasPrefix(out, "true 0 \"\"\n") && len(out) > len("true 0 \"\"\n"):
+				counts["mutated"]++
+			case strings.HasPrefix(out, "true"):
+				counts["unchanged"]++
+			default:
+				counts["rejected or error"]++
+			}
+		}
+	}
+	t.Logf("%v", counts)
+	if counts["mutated"] < 40 || counts["unchanged"] < 5 || counts["rejected or error"] < 5 {
+		t.Fatalf("the cases do not test every outcome: %v", counts)
 	}
 }
