@@ -13,7 +13,7 @@ import (
 // encodes a): a value of a type other than unstructured content's, a
 // non-finite float, two numbers of different Go types, strings or keys that
 // are not valid UTF-8 where they differ, nil maps and lists, more than
-// maxFastDepth levels. When ok, encodeJSON(a) would also have succeeded:
+// maxSameDepth levels. When ok, encodeJSON(a) would also have succeeded:
 // every part of a that is not shared with b (the same map or list, which an
 // apply configuration's result shares with its object: graft) is checked.
 // TestSameJSON and FuzzSameJSON compare it with the encodings.
@@ -26,6 +26,9 @@ func sameJSON(a, b map[string]any) (same, ok bool) {
 	}
 	return false, false
 }
+
+// maxSameDepth bounds sameValue's recursion (deeper: unsure).
+const maxSameDepth = 1000
 
 type jsonComparison uint8
 
@@ -40,7 +43,7 @@ const (
 func mapID(m map[string]any) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&m)) }
 
 func sameValue(a, b any, depth int) jsonComparison {
-	if depth > maxFastDepth {
+	if depth > maxSameDepth {
 		return jsonUnsure
 	}
 	switch x := a.(type) {
@@ -189,7 +192,7 @@ func differ(a, b any) jsonComparison {
 // encodable: encodeJSON(v) succeeds, for v made of unstructured content's
 // types only (false for anything else, which only means "unsure").
 func encodable(v any, depth int) bool {
-	if depth > maxFastDepth {
+	if depth > maxSameDepth {
 		return false
 	}
 	switch x := v.(type) {
