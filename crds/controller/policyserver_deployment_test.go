@@ -48,7 +48,7 @@ func TestPolicyServerProbes(t *testing.T) {
 			period, failed int32
 		}{
 			{"liveness", c.LivenessProbe, "/livez", 10, 3},
-			{"readiness", c.ReadinessProbe, "/readiness", 5, 3},
+			{"readiness", c.ReadinessProbe, "/readiness", 1, 15},
 		} {
 			p := tt.p
 			if p == nil || p.HTTPGet == nil {
