@@ -258,10 +258,13 @@ func TestScaleMixOnRealNode(t *testing.T) {
 		}
 	}
 	peak := podPeakMemory(string(p.UID))
-	line := fmt.Sprintf("e2e: 50-policy mix on default resources: Ready after %v, 50 active after %v, restarts %d, pod peak memory %d MB",
-		ready.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond), restarts, peak>>20)
+	line := fmt.Sprintf("e2e: 50-policy mix on default resources: Ready after %v, 50 active after %v, restarts %d, pod peak memory %d MB; load average %s",
+		ready.Round(100*time.Millisecond), time.Since(begin).Round(100*time.Millisecond), restarts, peak>>20, loadAverage())
 	t.Log(line)
 	fmt.Println(line)
+	phases := "e2e: 50-policy mix start phases: " + startupPhases(ctx, op.cs, &pods[0], begin)
+	t.Log(phases)
+	fmt.Println(phases)
 	if restarts != 0 {
 		t.Errorf("the policy server restarted %d times", restarts)
 	}
