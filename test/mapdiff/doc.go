@@ -8,6 +8,11 @@
 // outcomes must be equal byte for byte after normalization (JSON re-encoded
 // with sorted keys, without null-valued keys and without the top-level
 // apiVersion and kind, which the apiserver's typed objects lose in conversions).
+// The patch the host builds from the module's answer is compared too, byte
+// for byte, with the one the host's diff builds from the request's object to
+// the plugin's result as the apiserver encodes it (referencePatch says how,
+// and why its null members follow the request's): normalized objects cannot
+// see a null member removed or added (nulls_test.go).
 //
 // The reference defaults the policy and the binding with Kubernetes' own
 // defaulting (reference_test.go, apiDefaults), not the engine's: tried on

@@ -129,7 +129,7 @@ func wasmOutcome(t *testing.T, p *policy.Policy, r *request) outcome {
 		}
 		return outcome{}
 	}
-	return outcome{Object: normalize(t, resp.MutatedObject)}
+	return outcome{Object: normalize(t, resp.MutatedObject), Patch: string(res.Patch)}
 }
 
 func TestDifferential(t *testing.T) {

@@ -1,6 +1,7 @@
 package mapdiff_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,8 @@ import (
 	"k8s.io/utils/ptr"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	hostadmission "github.com/tollgate-dev/tollgate/host/admission"
 )
 
 // The reference: Kubernetes' MutatingAdmissionPolicy plugin, as its own unit
@@ -389,14 +392,99 @@ func (r *reference) evaluate(t testing.TB, rq *request) outcome {
 	if obj == nil {
 		return outcome{}
 	}
-	after, err := json.Marshal(attrs.GetObject())
+	out := attrs.GetObject()
+	after, err := json.Marshal(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if normalize(t, before) == normalize(t, after) {
 		return outcome{}
 	}
-	return outcome{Object: normalize(t, after)}
+	return outcome{Object: normalize(t, after), Patch: referencePatch(t, rq.object, out, gvk)}
+}
+
+// referencePatch is the JSONPatch a webhook answering with the plugin's
+// result makes the host send: tollgate's own diff (host/admission.Diff, what
+// the host runs on the module's answer) from the request's object, as sent,
+// to the plugin's object encoded as the apiserver encodes it (json.Marshal of
+// the typed object, or the unstructured content, with its apiVersion and
+// kind: typed objects lose them in conversions, the apiserver's encoder sets
+// them), with its null-valued members following the request's (nullsLike).
+//
+// Why nullsLike: a null member and an absent one decode to the same typed
+// object (and a custom resource's structural schema prunes nulls), so the
+// plugin's result does not say which the patch should give; the request
+// does. A webhook whose patch only holds what the policy changed keeps the
+// nulls the apiserver sent it (creationTimestamp: null, which apiservers
+// before 1.33 send for every object without one) and adds none. Every other
+// byte of the typed encoding counts: a zero value the request left out
+// (status: {}, a container's resources: {}) is in the reference patch, as it
+// is in what the apiserver decodes either way.
+func referencePatch(t testing.TB, sent json.RawMessage, obj runtime.Object, gvk schema.GroupVersionKind) string {
+	t.Helper()
+	obj = obj.DeepCopyObject()
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	encoded, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := hostadmission.Diff(sent, nullsLike(t, encoded, sent))
+	if err != nil {
+		t.Fatalf("reference patch: %v", err)
+	}
+	return string(patch)
+}
+
+// nullsLike makes the null-valued members of the objects of doc follow
+// those of the same objects of like (the same keys, list items by index): a
+// null member like does not have is dropped, a null member like has and doc
+// lacks is added.
+func nullsLike(t testing.TB, doc, like []byte) []byte {
+	t.Helper()
+	decode := func(b []byte) any {
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("nullsLike: %v: %s", err, b)
+		}
+		return v
+	}
+	var follow func(v, l any) any
+	follow = func(v, l any) any {
+		switch tv := v.(type) {
+		case map[string]any:
+			lm, _ := l.(map[string]any)
+			for k, e := range tv {
+				le, had := lm[k]
+				if e == nil && !had {
+					delete(tv, k)
+					continue
+				}
+				tv[k] = follow(e, le)
+			}
+			for k, le := range lm {
+				if _, has := tv[k]; !has && le == nil {
+					tv[k] = nil
+				}
+			}
+		case []any:
+			ll, _ := l.([]any)
+			for i := range tv {
+				var le any
+				if i < len(ll) {
+					le = ll[i]
+				}
+				tv[i] = follow(tv[i], le)
+			}
+		}
+		return v
+	}
+	out, err := json.Marshal(follow(decode(doc), decode(like)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // outcome is what both sides are compared on.
@@ -405,6 +493,8 @@ type outcome struct {
 	Code     int32  `json:"code,omitempty"`
 	Message  string `json:"message,omitempty"`
 	Object   string `json:"object,omitempty"` // normalized JSON of the mutated object; empty when unchanged
+	// Patch is the JSONPatch the host sends (for the reference: referencePatch); empty when unchanged.
+	Patch string `json:"patch,omitempty"`
 }
 
 func (o outcome) String() string {

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/internal/nulls"
 )
 
 // BenchmarkEvaluate is the native cost of one evaluation of the sidecar
@@ -168,7 +170,7 @@ func evaluateStages(b *testing.B, object string) {
 	})
 	b.Run("prune-nulls", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			pruneNulls(after, r.Object)
+			nulls.Prune(after, r.Object)
 		}
 	})
 	tc := e.types.GetTypeConverter(gvk)

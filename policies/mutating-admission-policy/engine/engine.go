@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	sigsjson "sigs.k8s.io/json"
 
+	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/internal/nulls"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -182,7 +183,7 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	if bytes.Equal(before, after) {
 		return &Result{Accepted: true}, nil
 	}
-	out, err := pruneNulls(after, req.Object)
+	out, err := nulls.Prune(after, req.Object)
 	if err != nil {
 		return nil, err
 	}

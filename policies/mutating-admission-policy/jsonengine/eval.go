@@ -17,6 +17,7 @@ import (
 	apiservercel "k8s.io/apiserver/pkg/cel"
 	"k8s.io/apiserver/pkg/cel/lazy"
 
+	"github.com/tollgate-dev/tollgate/policies/mutating-admission-policy/internal/nulls"
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
 )
 
@@ -141,20 +142,21 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	if object == nil || a.object == nil {
 		return &Result{Accepted: true}, nil
 	}
-	return e.result(a.object, object, !slowPaths)
+	return e.result(a.object, object, req.Object, !slowPaths)
 }
 
 // result compares the request's object with the mutated one: unchanged if
-// they encode alike, else the mutated object's JSON. fast compares them
+// they encode alike, else the mutated object's JSON with its null members
+// following those of the request's object as sent (raw). fast compares them
 // without encoding the request's object where sameJSON can tell.
-func (e *Engine) result(object, mutated map[string]any, fast bool) (*Result, error) {
+func (e *Engine) result(object, mutated map[string]any, raw json.RawMessage, fast bool) (*Result, error) {
 	if fast {
 		if after, err := encodeJSON(mutated); err == nil {
 			if same, ok := sameJSON(object, mutated); ok {
 				if same {
 					return &Result{Accepted: true}, nil
 				}
-				return &Result{Accepted: true, Object: after}, nil
+				return mutatedResult(after, raw)
 			}
 		}
 	}
@@ -168,6 +170,18 @@ func (e *Engine) result(object, mutated map[string]any, fast bool) (*Result, err
 	}
 	if bytes.Equal(before, after) {
 		return &Result{Accepted: true}, nil
+	}
+	return mutatedResult(after, raw)
+}
+
+// mutatedResult answers with the mutated object's encoding, its null members
+// made to follow the request's (creationTimestamp: null, which the typed
+// encoding omits), as the standard-Go engine's are: the host's patch holds
+// only what the policy changed (test/mapdiff compares the patches).
+func mutatedResult(after []byte, raw json.RawMessage) (*Result, error) {
+	after, err := nulls.Prune(after, raw)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the mutated object: %w", err)
 	}
 	return &Result{Accepted: true, Object: after}, nil
 }

@@ -1,10 +1,14 @@
-package engine
+package nulls
 
 import (
 	"encoding/json"
+	"os"
 	"reflect"
 	"regexp"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 )
 
 var pruneSeeds = [][2]string{
@@ -32,7 +36,7 @@ func TestPruneNullsBytes(t *testing.T) {
 	}
 	// The common case takes the byte path.
 	for _, s := range pruneSeeds[:7] {
-		if _, err := pruneNullsBytes([]byte(s[0]), []byte(s[1])); err != nil {
+		if _, err := pruneBytes([]byte(s[0]), []byte(s[1])); err != nil {
 			t.Errorf("%s / %s: byte path refused: %v", s[0], s[1], err)
 		}
 	}
@@ -46,11 +50,11 @@ func checkPrune(t *testing.T, result, original []byte) {
 	if !json.Valid(result) || !json.Valid(original) {
 		return
 	}
-	want, err := pruneNullsDecoded(result, original)
+	want, err := pruneDecoded(result, original)
 	if err != nil {
 		return // not something json.Marshal writes (1E700)
 	}
-	got, err := pruneNulls(result, original)
+	got, err := Prune(result, original)
 	if err != nil {
 		t.Fatalf("%s / %s: %v", result, original, err)
 	}
@@ -77,7 +81,22 @@ func FuzzPruneNulls(f *testing.F) {
 // holding creationTimestamp: null (as for a new object), against the
 // request's object without it.
 func BenchmarkPruneNulls(b *testing.B) {
-	pod := ujsonPod(b)
+	y, err := os.ReadFile("../../engine/testdata/ujson/pod.yaml")
+	if err != nil {
+		b.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(y)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var typed corev1.Pod
+	if err := json.Unmarshal(j, &typed); err != nil {
+		b.Fatal(err)
+	}
+	pod, err := json.Marshal(&typed)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ts := regexp.MustCompile(`"creationTimestamp":"[^"]*",`)
 	if !ts.Match(pod) {
 		b.Fatal("the Pod's encoding has no creationTimestamp")
@@ -87,7 +106,7 @@ func BenchmarkPruneNulls(b *testing.B) {
 	b.SetBytes(int64(len(result)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := pruneNullsBytes(result, original); err != nil {
+		if _, err := pruneBytes(result, original); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,10 @@
-package engine
+// Package nulls makes the null-valued members of a mutated object agree with
+// the request's object, for both MutatingAdmissionPolicy engines (package
+// engine on typed objects, package jsonengine on JSON, the TinyGo built-in):
+// test/mapdiff compares the host's patch with the one Kubernetes' plugin's
+// result gives (referencePatch), where a null member and an absent one are
+// the same object to the apiserver and the request decides which to send.
+package nulls
 
 import (
 	"bytes"
@@ -7,7 +13,7 @@ import (
 	"unicode/utf8"
 )
 
-// pruneNulls makes null-valued keys of the result agree with the request's
+// Prune makes null-valued keys of the result agree with the request's
 // object: a null key the object did not have is dropped, and a null key the
 // object had (creationTimestamp: null, as the apiserver sends it) is kept even
 // when the typed encoding omits it, so that the host's diff holds only what
@@ -20,18 +26,18 @@ import (
 // or goes through encoding/json's scanner (one indirect call per byte, slow
 // in Wasm). Keys are compared as they are spelled; if either document has an
 // escaped key, or does not parse, the general decoding version does it.
-func pruneNulls(result []byte, original json.RawMessage) (json.RawMessage, error) {
+func Prune(result []byte, original json.RawMessage) (json.RawMessage, error) {
 	if !bytes.Contains(result, []byte("null")) && !bytes.Contains(original, []byte("null")) {
 		return result, nil
 	}
-	if out, err := pruneNullsBytes(result, original); err == nil {
+	if out, err := pruneBytes(result, original); err == nil {
 		return out, nil
 	}
-	return pruneNullsDecoded(result, original)
+	return pruneDecoded(result, original)
 }
 
-// pruneNullsDecoded is pruneNulls through encoding/json.
-func pruneNullsDecoded(result []byte, original json.RawMessage) (json.RawMessage, error) {
+// pruneDecoded is Prune through encoding/json.
+func pruneDecoded(result []byte, original json.RawMessage) (json.RawMessage, error) {
 	var r, o any
 	if err := json.Unmarshal(result, &r); err != nil {
 		return nil, err
@@ -381,10 +387,10 @@ func appendMember(out []byte, first *bool, key []byte) []byte {
 	return append(out, ':')
 }
 
-// pruneNullsBytes is pruneNulls on the bytes; it fails (errNotPlain) on
-// anything it does not handle exactly like pruneNullsDecoded: escaped or
+// pruneBytes is Prune on the bytes; it fails (errNotPlain) on
+// anything it does not handle exactly like pruneDecoded: escaped or
 // duplicate keys, malformed JSON.
-func pruneNullsBytes(result []byte, original []byte) ([]byte, error) {
+func pruneBytes(result []byte, original []byte) ([]byte, error) {
 	var o *skeleton
 	if len(bytes.TrimSpace(original)) > 0 {
 		or := &jsonReader{b: original}
