@@ -445,9 +445,17 @@ fetch_or_make() {
 	printf 'built\n'
 }
 
-# annotate writes OUT from IN (in the policy directory) with tollgate annotate.
+# annotate writes OUT from IN (in the policy directory) with tollgate annotate. A build started
+# before bin/tollgate was ready (the MAP TinyGo compile, started as soon as TinyGo is there) waits
+# here for it: TOLLGATE_STATE is a directory where build_tollgate's outcome appears ("ok" or "failed").
 annotate() {
 	local in="$1" out="$2"
+	if [[ -n "${TOLLGATE_STATE:-}" ]]; then
+		while [[ ! -e "$TOLLGATE_STATE/ok" ]]; do
+			[[ ! -e "$TOLLGATE_STATE/failed" ]] || { printf 'bin/tollgate was not built (see go build ./cmd/tollgate above)\n'; return 1; }
+			sleep 0.2
+		done
+	fi
 	local -a cmd=("$TOLLGATE_BIN" annotate -m metadata.yml)
 	[[ -f README.md ]] && cmd+=(-u README.md)
 	"${cmd[@]}" -o "$out" "$in" || { printf '%s -o %s %s failed\n' "${cmd[*]}" "$out" "$in"; return 1; }
@@ -616,9 +624,11 @@ main() {
 	ANNOTATE_DIGEST=""
 	[[ -z "$TOLLGATE_BIN" ]] || ANNOTATE_DIGEST="$(annotate_digest)"
 	local -a todo=()
+	local -A NEEDS=()
 	local dir need_tinygo=0 need_opa=0 need_wasm_opt=0 need_tollgate=0 to_build=0
 	for dir in "${dirs[@]}"; do
 		plan "$dir"
+		NEEDS[$dir]="$NEED"
 		todo+=("$dir")
 		[[ -z "$NEED" ]] || to_build=$((to_build + 1))
 		[[ "$NEED" != *tinygo* ]] || need_tinygo=1
@@ -627,38 +637,53 @@ main() {
 		[[ "$NEED" != *annotate* ]] || need_tollgate=1
 	done
 	log "${#dirs[@]} policies: $((${#dirs[@]} - to_build)) in the build cache, $to_build to build, $JOBS at a time (planned in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s)"
+	local status
+	status="$(mktemp -d)"
+	# shellcheck disable=SC2064
+	trap "rm -rf '$status'" EXIT
+	# The MAP module's TinyGo build is the longest by far (about 210 s wall, mostly one core): it
+	# goes first, and starts as soon as TinyGo is there, before tollgate (needed only to annotate it,
+	# which waits for it: annotate) and the other tools; the others build beside it on the second core.
+	local -a first=() rest=()
+	for dir in "${todo[@]}"; do
+		if [[ "$dir" == "$MAP_DIR" && "$(policy_kind "$dir")" == map-tinygo ]]; then first+=("$dir"); else rest+=("$dir"); fi
+	done
+	todo=("${first[@]}" "${rest[@]}")
+	local early=0
+	((${#first[@]} == 0)) || [[ "${NEEDS[$MAP_DIR]}" != *compile* || "${NEEDS[$MAP_DIR]}" == *opt* ]] || early=1
 	# tollgate (for annotate) builds while the tools install: on a fresh machine both download
 	# modules from the proxy, and each fills the cores the other leaves idle while it waits.
+	TOLLGATE_STATE="$status/tollgate"
+	mkdir -p "$TOLLGATE_STATE"
 	local tollgate_pid=""
 	if ((need_tollgate == 1)); then
-		build_tollgate &
+		# shellcheck disable=SC2015 # build_tollgate exits (die) on failure: "failed" is written then
+		(build_tollgate && touch "$TOLLGATE_STATE/ok" || { touch "$TOLLGATE_STATE/failed"; exit 1; }) &
 		tollgate_pid=$!
+	else
+		touch "$TOLLGATE_STATE/ok"
 	fi
 	((need_tinygo == 0)) || check_tinygo
+	local i=0
+	if ((early == 1)); then
+		log "$MAP_DIR: TinyGo compile started now (at $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s); annotated when bin/tollgate is built"
+		(build_one "$MAP_DIR" "$status/state.0" || touch "$status/fail.0") &
+		i=1
+	fi
 	if ((need_opa == 1)); then
 		OPA_BIN="$(find_tool OPA install-opa.sh)" || exit 1
 	fi
 	if ((need_wasm_opt == 1)); then
 		WASM_OPT_BIN="$(find_tool WASM_OPT install-binaryen.sh)" || exit 1
 	fi
-	[[ -z "$tollgate_pid" ]] || wait "$tollgate_pid" || exit 1
+	if [[ -n "$tollgate_pid" ]] && ! wait "$tollgate_pid"; then
+		# an early MAP compile still running stores its output in the cache: wait for it
+		((early == 0)) || { log "waiting for the $MAP_DIR compile started early (its output is cached)"; wait || true; }
+		exit 1
+	fi
 	[[ -n "$TOLLGATE_BIN" ]] || log "no tollgate annotate command yet: policy.wasm files are not annotated"
 
-	# MAP_BUILD=tinygo: the MAP module's TinyGo build is the longest by far (about 210 s wall, mostly
-	# one core) and goes first, so that the others build beside it on the second core.
-	if [[ "$MAP_BUILD" == tinygo ]]; then
-		local -a first=() rest=()
-		for dir in "${todo[@]}"; do
-			if [[ "$dir" == "$MAP_DIR" ]]; then first+=("$dir"); else rest+=("$dir"); fi
-		done
-		todo=("${first[@]}" "${rest[@]}")
-	fi
-	local status
-	status="$(mktemp -d)"
-	# shellcheck disable=SC2064
-	trap "rm -rf '$status'" EXIT
-	local i=0
-	for dir in "${todo[@]}"; do
+	for dir in "${todo[@]:i}"; do
 		while (($(jobs -rp | wc -l) >= JOBS)); do
 			wait -n || true
 		done
