@@ -88,8 +88,7 @@ func validateSettings(payload []byte) ([]byte, error) {
 }
 
 func validate(payload []byte) ([]byte, error) {
-	var raw rawSettings
-	req, err := kubewarden.ParseValidationRequest(payload, &raw)
+	req, raw, err := parseRequest(payload)
 	if err != nil {
 		return nil, err
 	}
