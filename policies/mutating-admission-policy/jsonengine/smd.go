@@ -249,8 +249,10 @@ func applySMD(kind *attrs, live, patch map[string]any, touchedOnly bool) (map[st
 	if atomics := findAtomics(nil, patchTyped.Schema(), patchTyped.TypeRef(), patchTyped.AsValue()); len(atomics) > 0 {
 		return nil, fmt.Errorf("invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: %v", strings.Join(atomics, ", "))
 	}
-	liveTyped, err := parse.FromUnstructured(live, typed.AllowDuplicates)
-	if err != nil {
+	var liveTyped *typed.TypedValue
+	if touchedOnly && validates(parse.Schema, parse.TypeRef, live, 0) {
+		liveTyped = typed.AsTypedUnvalidated(value.NewValueInterface(live), parse.Schema, parse.TypeRef) //nolint:staticcheck // validates checked it
+	} else if liveTyped, err = parse.FromUnstructured(live, typed.AllowDuplicates); err != nil {
 		return nil, fmt.Errorf("failed to convert original object to typed object: %w", err)
 	}
 	if touchedOnly {
@@ -472,4 +474,111 @@ func graft(s *schema.Schema, t *schema.Map, live, patch, merged map[string]any) 
 		out[k] = g
 	}
 	return out, true
+}
+
+// validates reports that structured-merge-diff's validation of v as tr
+// (typed.AsTyped with AllowDuplicates, as the live object is validated)
+// finds nothing, without its allocations: it follows the same steps (the
+// schema's atom for v's kind of value, scalars' types, maps' declared
+// fields, keyed lists' items with a key or a key's default, sets' items
+// scalars) and says false on anything else, when the caller has
+// structured-merge-diff validate v to have its errors. It never says true
+// where that validation fails (TestValidatesAgainstSMD).
+func validates(s *schema.Schema, tr schema.TypeRef, v any, depth int) bool {
+	if depth > maxSameDepth {
+		return false
+	}
+	a, ok := s.Resolve(tr)
+	if !ok {
+		return false
+	}
+	switch x := v.(type) {
+	case nil:
+		// deduceAtom keeps the whole atom for null; a null map, scalar or
+		// list validates.
+		return a.Map != nil || a.Scalar != nil || a.List != nil
+	case int64, float64, string, bool:
+		if a.Scalar == nil {
+			return false // a map or list expected
+		}
+		switch *a.Scalar {
+		case schema.Numeric:
+			_, isInt := x.(int64)
+			_, isFloat := x.(float64)
+			return isInt || isFloat
+		case schema.String:
+			_, isString := x.(string)
+			return isString
+		case schema.Boolean:
+			_, isBool := x.(bool)
+			return isBool
+		case schema.Untyped:
+			return true
+		}
+		return false
+	case map[string]any:
+		if a.Map == nil {
+			return false
+		}
+		for k, e := range x {
+			t := a.Map.ElementType
+			if sf, found := a.Map.FindField(k); found {
+				t = sf.Type
+			} else if (a.Map.ElementType == schema.TypeRef{}) {
+				return false // field not declared in schema
+			}
+			if !validates(s, t, e, depth+1) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		if a.List == nil {
+			return false
+		}
+		l := a.List
+		for _, e := range x {
+			if l.ElementRelationship == schema.Associative && !validItemKey(s, l, e) {
+				return false
+			}
+			if !validates(s, l.ElementType, e, depth+1) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// validItemKey: structured-merge-diff makes the path element of item e of
+// associative list l without an error (listItemToPathElement).
+func validItemKey(s *schema.Schema, l *schema.List, e any) bool {
+	if len(l.Keys) == 0 {
+		switch e.(type) {
+		case int64, float64, string, bool:
+			return true
+		}
+		return false // a map, a list, null: refused in a set
+	}
+	m, isMap := e.(map[string]any)
+	if !isMap {
+		return false
+	}
+	n := 0
+	for _, k := range l.Keys {
+		if _, found := m[k]; found {
+			n++
+			continue
+		}
+		// An absent key field takes its default, which an item type
+		// that is not a map cannot have (an error).
+		a, ok := s.Resolve(l.ElementType)
+		if !ok || a.Map == nil {
+			return false
+		}
+		if f, found := a.Map.FindField(k); found && f.Default != nil {
+			n++
+		}
+	}
+	return n > 0
 }

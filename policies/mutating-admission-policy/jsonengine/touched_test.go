@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate-dev/tollgate/sdk/protocol"
@@ -397,5 +398,85 @@ func TestFastPathsAgainstSlow(t *testing.T) {
 	t.Logf("%v", counts)
 	if counts["mutated"] < 40 || counts["unchanged"] < 5 || counts["rejected or error"] < 5 {
 		t.Fatalf("the cases do not test every outcome: %v", counts)
+	}
+}
+
+// TestValidatesAgainstSMD: validates never says true where
+// structured-merge-diff's validation of a live object fails, and says true
+// for every test object: the objects, changed versions of them (odd values,
+// removed and added members) and hand-made invalid ones.
+func TestValidatesAgainstSMD(t *testing.T) {
+	r := rand.New(rand.NewSource(31))
+	counts := map[string]int{}
+	check := func(o touchedObject, v map[string]any) bool {
+		parse, err := parseableType(o.kind, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast := validates(parse.Schema, parse.TypeRef, v, 0)
+		_, err = parse.FromUnstructured(v, typed.AllowDuplicates)
+		if fast && err != nil {
+			b, _ := json.Marshal(v)
+			t.Fatalf("%s: validates says true, structured-merge-diff: %v\n%.2000s", o.name, err, b)
+		}
+		counts[fmt.Sprintf("validates=%v smd-ok=%v", fast, err == nil)]++
+		return fast
+	}
+	set := func(v any, value any, path ...string) map[string]any {
+		c := deepCopyJSON(v).(map[string]any)
+		m := c
+		for _, p := range path[:len(path)-1] {
+			switch x := m[p].(type) {
+			case map[string]any:
+				m = x
+			case []any:
+				m = x[0].(map[string]any)
+			}
+		}
+		if value == "delete" {
+			delete(m, path[len(path)-1])
+		} else {
+			m[path[len(path)-1]] = value
+		}
+		return c
+	}
+	for _, o := range touchedObjects(t) {
+		if !check(o, o.live) {
+			t.Fatalf("%s: validates says false on a test object", o.name)
+		}
+		for i := 0; i < 200; i++ {
+			if m, ok := mutateShared(r, o.live, 0).(map[string]any); ok && m != nil {
+				check(o, m)
+			}
+		}
+		if o.kind.kind != "Pod" {
+			continue
+		}
+		for _, v := range []map[string]any{
+			set(o.live, "delete", "spec", "containers", "name"),
+			set(o.live, nil, "spec", "containers", "name"),
+			set(o.live, []any{nil}, "spec", "containers"),
+			set(o.live, []any{"x"}, "spec", "containers"),
+			set(o.live, []any{map[string]any{}}, "spec", "containers"),
+			set(o.live, []any{map[string]any{"name": "a", "ports": []any{map[string]any{"name": "p"}}}}, "spec", "containers"),
+			set(o.live, []any{map[string]any{}}, "metadata", "finalizers"),
+			set(o.live, []any{[]any{}}, "metadata", "finalizers"),
+			set(o.live, []any{nil}, "metadata", "finalizers"),
+			set(o.live, []any{"a", "a"}, "metadata", "finalizers"),
+			set(o.live, int64(1), "metadata", "name"),
+			set(o.live, true, "spec", "priority"),
+			set(o.live, 1.5, "spec", "priority"),
+			set(o.live, "x", "spec"),
+			set(o.live, []any{}, "spec"),
+			set(o.live, int64(1), "undeclared"),
+			set(o.live, map[string]any{"a": int64(1)}, "metadata", "labels"),
+			set(o.live, int(1), "spec", "priority"),
+		} {
+			check(o, v)
+		}
+	}
+	t.Logf("%v", counts)
+	if counts["validates=true smd-ok=true"] < 1000 || counts["validates=false smd-ok=false"] < 100 || counts["validates=false smd-ok=true"] > counts["validates=true smd-ok=true"]/20 {
+		t.Fatalf("the objects do not test every outcome, or validates declines too often: %v", counts)
 	}
 }
