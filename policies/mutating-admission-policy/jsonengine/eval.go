@@ -126,10 +126,17 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	if a.oldObject, err = decodeObject(req.OldObject); err != nil {
 		return nil, fmt.Errorf("request.oldObject: %w", err)
 	}
-	if a.object, err = roundTripObject(a.object, a.group, a.version, a.kind, false); err != nil {
+	// decodeObject's maps are the evaluation's own: converted in place.
+	roundTripRequest := roundTripRequestObject
+	if slowPaths {
+		roundTripRequest = func(obj map[string]any, group, version, kind string) (map[string]any, error) {
+			return roundTripObject(obj, group, version, kind, false)
+		}
+	}
+	if a.object, err = roundTripRequest(a.object, a.group, a.version, a.kind); err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
 	}
-	if a.oldObject, err = roundTripObject(a.oldObject, a.group, a.version, a.kind, false); err != nil {
+	if a.oldObject, err = roundTripRequest(a.oldObject, a.group, a.version, a.kind); err != nil {
 		return nil, fmt.Errorf("request.oldObject: %w", err)
 	}
 	object, errs, se := e.dispatch(ctx, a, req)

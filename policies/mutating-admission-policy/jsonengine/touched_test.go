@@ -46,7 +46,8 @@ func touchedObjects(t testing.TB) []touchedObject {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		out = append(out, touchedObject{name: name, kind: k, live: canon})
+		decoded, _ := decodeObject(raw)
+		out = append(out, touchedObject{name: name, kind: k, live: canon, decoded: decoded})
 	}
 	files, _ := filepath.Glob("../../../test/testdata/reviews/*.json")
 	if len(files) < 4 {
@@ -80,9 +81,10 @@ func touchedObjects(t testing.TB) []touchedObject {
 }
 
 type touchedObject struct {
-	name string
-	kind *attrs
-	live map[string]any
+	name    string
+	kind    *attrs
+	live    map[string]any // decoded and round-tripped
+	decoded map[string]any // decoded only
 }
 
 // applyBoth runs the apply configuration both ways and fails when they
@@ -158,12 +160,18 @@ func applyBoth(t testing.TB, o touchedObject, patch map[string]any) string {
 func deepCopyJSON(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
+		if x == nil {
+			return x
+		}
 		m := make(map[string]any, len(x))
 		for k, e := range x {
 			m[k] = deepCopyJSON(e)
 		}
 		return m
 	case []any:
+		if x == nil {
+			return x
+		}
 		l := make([]any, len(x))
 		for i, e := range x {
 			l[i] = deepCopyJSON(e)
@@ -478,5 +486,87 @@ func TestValidatesAgainstSMD(t *testing.T) {
 	t.Logf("%v", counts)
 	if counts["validates=true smd-ok=true"] < 1000 || counts["validates=false smd-ok=false"] < 100 || counts["validates=false smd-ok=true"] > counts["validates=true smd-ok=true"]/20 {
 		t.Fatalf("the objects do not test every outcome, or validates declines too often: %v", counts)
+	}
+}
+
+// TestRoundTripInPlace: roundTripInPlace gives roundTrip's result, errors
+// and unknown fields, on the test objects as decoded, changed versions of
+// them (odd values, unknown and removed members, nil maps and lists) and
+// their round-tripped forms.
+func TestRoundTripInPlace(t *testing.T) {
+	r := rand.New(rand.NewSource(31))
+	counts := map[string]int{}
+	for _, o := range touchedObjects(t) {
+		ti, ok := typedKind(o.kind.group, o.kind.version, o.kind.kind)
+		if !ok {
+			continue
+		}
+		objects := []map[string]any{o.decoded, o.live}
+		if md, ok := o.decoded["metadata"].(map[string]any); ok {
+			// nil lists and maps (decoded JSON has none, changed content may)
+			for i, v := range []any{[]any(nil), map[string]any(nil), []any{}, map[string]any{}, []any{nil}} {
+				m := deepCopyJSON(o.decoded).(map[string]any)
+				md2 := deepCopyJSON(md).(map[string]any)
+				m["metadata"] = md2
+				md2["unknownField"] = v
+				if i%2 == 0 { // lists
+					md2["finalizers"], md2["ownerReferences"] = v, v
+					if spec, ok := m["spec"].(map[string]any); ok {
+						spec["containers"] = v // not omitempty in a PodSpec
+					}
+				} else {
+					md2["labels"], md2["annotations"] = v, v
+				}
+				objects = append(objects, m)
+			}
+		}
+		for i := 0; i < 300; i++ {
+			if m, ok := mutateShared(r, o.decoded, 0).(map[string]any); ok && m != nil {
+				objects = append(objects, m)
+			}
+		}
+		for _, obj := range objects {
+			run := func(inPlace bool) string {
+				v := deepCopyJSON(obj)
+				before, _ := json.Marshal(obj)
+				var unknown []string
+				var out any
+				var err error
+				if inPlace {
+					out, err = roundTripInPlace(v, ti, make(lazyPath, 0, 32), errContext{field: make(lazyPath, 0, 32)}, &unknown)
+				} else {
+					out, err = roundTrip(v, ti, make(lazyPath, 0, 32), errContext{field: make(lazyPath, 0, 32)}, &unknown)
+				}
+				if after, _ := json.Marshal(obj); string(after) != string(before) {
+					t.Fatal("the object was changed, not its copy")
+				}
+				if err != nil {
+					return "error: " + err.Error()
+				}
+				b, err := json.Marshal(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e, _ := encodeJSON(out.(map[string]any))
+				return fmt.Sprintf("%s\n%s\n%q", b, e, unknown)
+			}
+			want, got := run(false), run(true)
+			if want != got {
+				b, _ := json.Marshal(obj)
+				t.Fatalf("%s: %.1500s\nroundTrip:        %.1500s\nroundTripInPlace: %.1500s", o.name, b, want, got)
+			}
+			switch {
+			case strings.HasPrefix(want, "error: "):
+				counts["error"]++
+			case strings.HasSuffix(want, "[]"):
+				counts["converted"]++
+			default:
+				counts["with unknown fields"]++
+			}
+		}
+	}
+	t.Logf("%v", counts)
+	if counts["error"] < 50 || counts["converted"] < 200 || counts["with unknown fields"] < 100 {
+		t.Fatalf("the objects do not test every outcome: %v", counts)
 	}
 }

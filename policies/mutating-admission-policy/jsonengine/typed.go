@@ -40,6 +40,9 @@ type typeNode struct {
 	flat  []typeField
 	names map[string]bool
 	short string
+	// repeated: two of flat's fields have the same name (roundTripInPlace
+	// converts such a struct by roundTrip).
+	repeated bool
 }
 
 type typeField struct {
@@ -178,6 +181,140 @@ func roundTripObject(obj map[string]any, group, version, kind string, strict boo
 	return m, nil
 }
 
+// roundTripRequestObject is roundTripObject(obj, group, version, kind,
+// false) for an object the caller owns alone (decoded for the purpose): it
+// converts it in place (roundTripInPlace), keeping its maps and lists
+// instead of building new ones. obj must not be used if it fails.
+func roundTripRequestObject(obj map[string]any, group, version, kind string) (map[string]any, error) {
+	i, ok := typedKind(group, version, kind)
+	if !ok || obj == nil {
+		return obj, nil
+	}
+	var unknown []string
+	out, err := roundTripInPlace(obj, i, make(lazyPath, 0, 32), errContext{field: make(lazyPath, 0, 32)}, &unknown)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := out.(map[string]any)
+	return m, nil
+}
+
+// roundTripInPlace is roundTrip on content nothing else holds, changed in
+// place: a struct's map keeps its members (converted), gains the zero values
+// roundTrip writes, loses the omitted members and the unknown fields; lists
+// and maps keep their elements, converted. The same result (a map with the
+// same members), the same errors, the same unknown fields (reported before
+// they are deleted). TestRoundTripInPlace compares it with roundTrip.
+func roundTripInPlace(v any, t int, path lazyPath, ec errContext, unknown *[]string) (any, error) {
+	n := &typedTable.nodes[t]
+	switch n.kind {
+	case "s":
+		in, ok := v.(map[string]any)
+		if !ok || in == nil || n.repeated {
+			return roundTrip(v, t, path, ec, unknown)
+		}
+		fields, known, name := n.flat, n.names, n.short
+		for _, f := range fields {
+			fv, present := in[f.name]
+			var val any
+			if present && fv != nil {
+				var err error
+				if val, err = roundTripInPlace(fv, f.typ, append(path, f.name), errContext{strct: name, field: append(ec.field, f.name)}, unknown); err != nil {
+					return nil, err
+				}
+			} else {
+				val = zero(f.typ)
+			}
+			if (f.omitempty && isEmpty(val, f.typ)) || (f.omitzero && isZero(val, f.typ)) {
+				if present {
+					delete(in, f.name)
+				}
+				continue
+			}
+			if !present || !unchanged(fv, val) {
+				in[f.name] = val
+			}
+		}
+		if len(in) > len(known) || !allKnown(in, known) {
+			var extra []string
+			for k := range in {
+				if !known[k] {
+					extra = append(extra, join(path.String(), k))
+					delete(in, k)
+				}
+			}
+			sort.Strings(extra)
+			*unknown = append(*unknown, extra...)
+		}
+		return in, nil
+	case "p":
+		if v == nil {
+			return nil, nil
+		}
+		return roundTripInPlace(v, n.elem, path, ec, unknown)
+	case "l":
+		in, ok := v.([]any)
+		if !ok || in == nil {
+			return roundTrip(v, t, path, ec, unknown)
+		}
+		for i, e := range in {
+			if e == nil {
+				in[i] = zero(n.elem)
+				continue
+			}
+			val, err := roundTripInPlace(e, n.elem, path, ec, unknown)
+			if err != nil {
+				return nil, err
+			}
+			if !unchanged(e, val) {
+				in[i] = val
+			}
+		}
+		return in, nil
+	case "m":
+		in, ok := v.(map[string]any)
+		if !ok || in == nil {
+			return roundTrip(v, t, path, ec, unknown)
+		}
+		for k, e := range in {
+			if e == nil {
+				in[k] = zero(n.elem)
+				continue
+			}
+			val, err := roundTripInPlace(e, n.elem, append(path, k), ec, unknown)
+			if err != nil {
+				return nil, err
+			}
+			if !unchanged(e, val) {
+				in[k] = val
+			}
+		}
+		return in, nil
+	}
+	return roundTrip(v, t, path, ec, unknown)
+}
+
+// unchanged: val is old itself (the same map or list, or an equal string,
+// bool or number of the same type), so that roundTripInPlace need not store
+// it again.
+func unchanged(old, val any) bool {
+	switch x := val.(type) {
+	case string:
+		y, ok := old.(string)
+		return ok && x == y
+	case bool:
+		y, ok := old.(bool)
+		return ok && x == y
+	case int64:
+		y, ok := old.(int64)
+		return ok && x == y
+	case map[string]any:
+		y, ok := old.(map[string]any)
+		return ok && x != nil && y != nil && mapID(x) == mapID(y)
+	}
+	return false
+}
+
 // roundTripTouched is roundTripObject(obj, group, version, kind, false) for
 // an object whose members outside touched (an apply configuration's patch:
 // the members it names, at any depth) are the output of an earlier round
@@ -268,6 +405,7 @@ func finishTypedTable(t *typedTables) {
 			n.names[f.name] = true
 		}
 		n.short = t.goTypes[i][strings.LastIndex(t.goTypes[i], ".")+1:]
+		n.repeated = len(n.names) != len(n.flat)
 	}
 }
 
