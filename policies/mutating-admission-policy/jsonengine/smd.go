@@ -54,6 +54,7 @@ func builtinSchema() (*smdSchema, error) {
 // (TestSMDSchemaDecoding compares the two).
 func decodeSMDSchema(b []byte) (*smdSchema, error) {
 	doc, ok := decodeFastValue(b, true)
+	doc = cloneStrings(doc)
 	top, _ := doc.(map[string]any)
 	if !ok || top == nil {
 		return nil, fmt.Errorf("smd_schema.json: not a JSON object")
@@ -85,6 +86,34 @@ func decodeSMDSchema(b []byte) (*smdSchema, error) {
 		s.Types[i] = schema.TypeDef{Name: name, Atom: atom}
 	}
 	return &smdSchema{schema: s, kinds: kinds}, nil
+}
+
+// cloneStrings gives v with every string and map key a copy of its own.
+// internal/ujson decodes a string without escapes as a substring of one
+// copy of the whole document; the embedded tables' strings (type and field
+// names) live as long as the instance, and under TinyGo's collector every
+// pointer into the middle of an object costs a walk back to the object's
+// start at every collection: with the tables' strings pointing into their
+// 250 KB and 150 KB documents, each collection of the TinyGo module took
+// 60-120 ms instead of about 20 (measured, test/mapdiff, 2026-12-02). Copied
+// once at the first use, the documents are garbage. TestTableStringsCopied.
+func cloneStrings(v any) any {
+	switch x := v.(type) {
+	case string:
+		return strings.Clone(x)
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[strings.Clone(k)] = cloneStrings(e)
+		}
+		return m
+	case []any:
+		for i, e := range x {
+			x[i] = cloneStrings(e)
+		}
+		return x
+	}
+	return v
 }
 
 var errSchemaFormat = errors.New("malformed")

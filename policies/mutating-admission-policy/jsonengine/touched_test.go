@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 	"sigs.k8s.io/yaml"
@@ -568,5 +569,60 @@ func TestRoundTripInPlace(t *testing.T) {
 	t.Logf("%v", counts)
 	if counts["error"] < 50 || counts["converted"] < 200 || counts["with unknown fields"] < 100 {
 		t.Fatalf("the objects do not test every outcome: %v", counts)
+	}
+}
+
+// TestTableStringsCopied: cloneStrings, which the embedded tables' decoding
+// applies, leaves no string (value or key) pointing into the decoded
+// document's bytes, and changes nothing else.
+func TestTableStringsCopied(t *testing.T) {
+	for _, doc := range [][]byte{smdSchemaJSON, typedKindsJSON} {
+		v, ok := decodeFastValue(doc, false)
+		if !ok {
+			t.Fatal("not decoded")
+		}
+		var lo, hi uintptr
+		var n int
+		walkStrings(v, func(s string) {
+			if len(s) == 0 {
+				return
+			}
+			p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+			if lo == 0 || p < lo {
+				lo = p
+			}
+			if p+uintptr(len(s)) > hi {
+				hi = p + uintptr(len(s))
+			}
+			n++
+		})
+		if n < 1000 || hi-lo < uintptr(len(doc))/2 {
+			t.Fatalf("%d strings over %d bytes: not substrings of one document (the test tests nothing)", n, hi-lo)
+		}
+		c := cloneStrings(deepCopyJSON(v))
+		if !reflect.DeepEqual(c, v) {
+			t.Fatal("cloneStrings changed the content")
+		}
+		walkStrings(c, func(s string) {
+			if p := uintptr(unsafe.Pointer(unsafe.StringData(s))); len(s) > 0 && p >= lo && p < hi {
+				t.Fatalf("%q still points into the document", s)
+			}
+		})
+	}
+}
+
+func walkStrings(v any, fn func(string)) {
+	switch x := v.(type) {
+	case string:
+		fn(x)
+	case map[string]any:
+		for k, e := range x {
+			fn(k)
+			walkStrings(e, fn)
+		}
+	case []any:
+		for _, e := range x {
+			walkStrings(e, fn)
+		}
 	}
 }

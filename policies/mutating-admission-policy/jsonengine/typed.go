@@ -86,6 +86,7 @@ type typedTables struct {
 // about half a second here (TestTypedTableDecoding compares the two).
 func decodeTypedTable(b []byte) (*typedTables, error) {
 	doc, ok := decodeFastValue(b, false)
+	doc = cloneStrings(doc) // not substrings of the document: see cloneStrings
 	top, _ := doc.(map[string]any)
 	if !ok || top == nil {
 		return nil, fmt.Errorf("typed_kinds.json: not a JSON object")
