@@ -76,7 +76,16 @@ func BenchmarkFirstUse(b *testing.B) {
 	})
 }
 
-func compileFile(b *testing.B, path string) *Engine {
+func compileFile(b testing.TB, path string) *Engine {
+	e, err := Compile(readSettings(b, path))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+// readSettings reads a settings file (YAML) as JSON.
+func readSettings(b testing.TB, path string) []byte {
 	y, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
@@ -85,14 +94,10 @@ func compileFile(b *testing.B, path string) *Engine {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := Compile(settings)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return e
+	return settings
 }
 
-func pod5k(b *testing.B) *protocol.KubernetesAdmissionRequest {
+func pod5k(b testing.TB) *protocol.KubernetesAdmissionRequest {
 	raw, err := os.ReadFile("../../../test/testdata/reviews/pod.json")
 	if err != nil {
 		b.Fatal(err)

@@ -266,7 +266,14 @@ func applyStructuredMergeDiff(kind *attrs, live, patch map[string]any) (map[stri
 	return applySMD(kind, live, patch, !slowPaths)
 }
 
-func applySMD(kind *attrs, live, patch map[string]any, touchedOnly bool) (map[string]any, error) {
+// smdParse is an apply configuration's patch typed against the kind's schema.
+type smdParse struct {
+	parse typed.ParseableType
+	typed *typed.TypedValue
+}
+
+// typePatch types and checks the patch as the apiserver's patcher does.
+func typePatch(kind *attrs, patch map[string]any) (*smdParse, error) {
 	parse, err := parseableType(kind, patch)
 	if err != nil {
 		return nil, err
@@ -278,6 +285,15 @@ func applySMD(kind *attrs, live, patch map[string]any, touchedOnly bool) (map[st
 	if atomics := findAtomics(nil, patchTyped.Schema(), patchTyped.TypeRef(), patchTyped.AsValue()); len(atomics) > 0 {
 		return nil, fmt.Errorf("invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: %v", strings.Join(atomics, ", "))
 	}
+	return &smdParse{parse: parse, typed: patchTyped}, nil
+}
+
+func applySMD(kind *attrs, live, patch map[string]any, touchedOnly bool) (map[string]any, error) {
+	p, err := typePatch(kind, patch)
+	if err != nil {
+		return nil, err
+	}
+	parse, patchTyped := p.parse, p.typed
 	var liveTyped *typed.TypedValue
 	if touchedOnly && validates(parse.Schema, parse.TypeRef, live, 0) {
 		liveTyped = typed.AsTypedUnvalidated(value.NewValueInterface(live), parse.Schema, parse.TypeRef) //nolint:staticcheck // validates checked it

@@ -40,7 +40,9 @@ func init() {
 	})
 }
 
-func main() {}
+// main does nothing in the module (a waPC guest answers calls); built with
+// -tags mapsteps it prints the per-step profile (steps_on.go).
+func main() { runSteps() }
 
 // compiled caches the engines by their settings bytes: the host sends the
 // settings with every call and may share an instance between policies.
