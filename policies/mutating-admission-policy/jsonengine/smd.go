@@ -54,9 +54,17 @@ func builtinSchema() (*smdSchema, error) {
 // (TestSMDSchemaDecoding compares the two).
 func decodeSMDSchema(b []byte) (*smdSchema, error) {
 	doc, ok := decodeFastValue(b, true)
-	doc = cloneStrings(doc)
+	if !ok {
+		return nil, fmt.Errorf("smd_schema.json: not a JSON object")
+	}
+	return decodeSMDSchemaDoc(doc)
+}
+
+// decodeSMDSchemaDoc is decodeSMDSchema of the decoded document.
+func decodeSMDSchemaDoc(doc any) (*smdSchema, error) {
+	in := interner{} // the strings kept are copies: see interner
 	top, _ := doc.(map[string]any)
-	if !ok || top == nil {
+	if top == nil {
 		return nil, fmt.Errorf("smd_schema.json: not a JSON object")
 	}
 	kinds := map[string]string{}
@@ -66,7 +74,7 @@ func decodeSMDSchema(b []byte) (*smdSchema, error) {
 			if !ok {
 				return nil, fmt.Errorf("smd_schema.json: kind %s: not a type name", k)
 			}
-			kinds[k] = name
+			kinds[in.s(k)] = in.s(name)
 		}
 	}
 	types, _ := top["types"].([]any)
@@ -79,7 +87,8 @@ func decodeSMDSchema(b []byte) (*smdSchema, error) {
 		}
 		copy(t[:], l)
 		name, _ := t[0].(string)
-		atom, err := decodeAtom(t[1])
+		name = in.s(name)
+		atom, err := decodeAtom(t[1], in)
 		if err != nil {
 			return nil, fmt.Errorf("smd_schema.json: type %s: %w", name, err)
 		}
@@ -88,15 +97,29 @@ func decodeSMDSchema(b []byte) (*smdSchema, error) {
 	return &smdSchema{schema: s, kinds: kinds}, nil
 }
 
+// interner gives each string the tables keep as a copy of its own, one per
+// distinct text. internal/ujson decodes a string without escapes as a
+// substring of one copy of the whole document; the embedded tables' strings
+// (type and field names) live as long as the instance, and under TinyGo's
+// collector every pointer into the middle of an object costs a walk back to
+// the object's start at every collection: with the tables' strings pointing
+// into their 250 KB and 150 KB documents, each collection of the TinyGo
+// module took 60-120 ms instead of about 35 (measured, 2026-12-02). With the
+// strings copied, the documents are garbage once decoded; copying the whole
+// decoded document instead (cloneStrings) grew every instance's heap from 16
+// to 32 MB at the first evaluation. TestTableStringsCopied.
+type interner map[string]string
+
+func (in interner) s(x string) string {
+	if c, ok := in[x]; ok {
+		return c
+	}
+	c := strings.Clone(x)
+	in[c] = c
+	return c
+}
+
 // cloneStrings gives v with every string and map key a copy of its own.
-// internal/ujson decodes a string without escapes as a substring of one
-// copy of the whole document; the embedded tables' strings (type and field
-// names) live as long as the instance, and under TinyGo's collector every
-// pointer into the middle of an object costs a walk back to the object's
-// start at every collection: with the tables' strings pointing into their
-// 250 KB and 150 KB documents, each collection of the TinyGo module took
-// 60-120 ms instead of about 20 (measured, test/mapdiff, 2026-12-02). Copied
-// once at the first use, the documents are garbage. TestTableStringsCopied.
 func cloneStrings(v any) any {
 	switch x := v.(type) {
 	case string:
@@ -118,38 +141,38 @@ func cloneStrings(v any) any {
 
 var errSchemaFormat = errors.New("malformed")
 
-func decodeAtom(v any) (schema.Atom, error) {
+func decodeAtom(v any, in interner) (schema.Atom, error) {
 	var a schema.Atom
 	m, ok := v.(map[string]any)
 	if !ok {
 		return a, errSchemaFormat
 	}
 	if s, ok := m["s"].(string); ok {
-		sc := schema.Scalar(s)
+		sc := schema.Scalar(in.s(s))
 		a.Scalar = &sc
 	}
 	if l, ok := m["l"].([]any); ok && len(l) == 3 {
-		elem, err := decodeRef(l[0])
+		elem, err := decodeRef(l[0], in)
 		if err != nil {
 			return a, err
 		}
 		rel, _ := l[1].(string)
-		list := &schema.List{ElementType: elem, ElementRelationship: schema.ElementRelationship(rel)}
+		list := &schema.List{ElementType: elem, ElementRelationship: schema.ElementRelationship(in.s(rel))}
 		if keys, ok := l[2].([]any); ok {
 			for _, k := range keys {
 				ks, _ := k.(string)
-				list.Keys = append(list.Keys, ks)
+				list.Keys = append(list.Keys, in.s(ks))
 			}
 		}
 		a.List = list
 	}
 	if mm, ok := m["m"].([]any); ok && len(mm) >= 3 {
-		elem, err := decodeRef(mm[0])
+		elem, err := decodeRef(mm[0], in)
 		if err != nil {
 			return a, err
 		}
 		rel, _ := mm[1].(string)
-		mp := &schema.Map{ElementType: elem, ElementRelationship: schema.ElementRelationship(rel)}
+		mp := &schema.Map{ElementType: elem, ElementRelationship: schema.ElementRelationship(in.s(rel))}
 		fields, _ := mm[2].([]any)
 		for _, f := range fields {
 			fl, ok := f.([]any)
@@ -157,13 +180,13 @@ func decodeAtom(v any) (schema.Atom, error) {
 				return a, errSchemaFormat
 			}
 			name, _ := fl[0].(string)
-			t, err := decodeRef(fl[1])
+			t, err := decodeRef(fl[1], in)
 			if err != nil {
 				return a, err
 			}
-			sf := schema.StructField{Name: name, Type: t}
+			sf := schema.StructField{Name: in.s(name), Type: t}
 			if len(fl) > 2 {
-				sf.Default = fl[2]
+				sf.Default = cloneStrings(fl[2])
 			}
 			mp.Fields = append(mp.Fields, sf)
 		}
@@ -176,6 +199,7 @@ func decodeAtom(v any) (schema.Atom, error) {
 				}
 				var un schema.Union
 				if d, ok := ul[0].(string); ok {
+					d = in.s(d)
 					un.Discriminator = &d
 				}
 				un.DeduceInvalidDiscriminator, _ = ul[1].(bool)
@@ -188,6 +212,7 @@ func decodeAtom(v any) (schema.Atom, error) {
 					var uf schema.UnionField
 					uf.FieldName, _ = fl[0].(string)
 					uf.DiscriminatorValue, _ = fl[1].(string)
+					uf.FieldName, uf.DiscriminatorValue = in.s(uf.FieldName), in.s(uf.DiscriminatorValue)
 					un.Fields = append(un.Fields, uf)
 				}
 				mp.Unions = append(mp.Unions, un)
@@ -198,25 +223,27 @@ func decodeAtom(v any) (schema.Atom, error) {
 	return a, nil
 }
 
-func decodeRef(v any) (schema.TypeRef, error) {
+func decodeRef(v any, in interner) (schema.TypeRef, error) {
 	var r schema.TypeRef
 	switch x := v.(type) {
 	case string:
+		x = in.s(x)
 		r.NamedType = &x
 		return r, nil
 	case map[string]any:
 		if n, ok := x["n"].(string); ok {
+			n = in.s(n)
 			r.NamedType = &n
 		}
 		if i, ok := x["i"]; ok {
-			atom, err := decodeAtom(i)
+			atom, err := decodeAtom(i, in)
 			if err != nil {
 				return r, err
 			}
 			r.Inlined = atom
 		}
 		if rel, ok := x["r"].(string); ok {
-			er := schema.ElementRelationship(rel)
+			er := schema.ElementRelationship(in.s(rel))
 			r.ElementRelationship = &er
 		}
 		return r, nil

@@ -43,7 +43,7 @@ func TestSMDSchemaDecoding(t *testing.T) {
 	want := &smdSchema{schema: &schema.Schema{Types: make([]schema.TypeDef, len(raw.Types))}, kinds: raw.Kinds}
 	for i, tt := range raw.Types {
 		name, _ := tt[0].(string)
-		atom, err := decodeAtom(tt[1])
+		atom, err := decodeAtom(tt[1], interner{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,9 +86,17 @@ type typedTables struct {
 // about half a second here (TestTypedTableDecoding compares the two).
 func decodeTypedTable(b []byte) (*typedTables, error) {
 	doc, ok := decodeFastValue(b, false)
-	doc = cloneStrings(doc) // not substrings of the document: see cloneStrings
+	if !ok {
+		return nil, fmt.Errorf("typed_kinds.json: not a JSON object")
+	}
+	return decodeTypedTableDoc(doc)
+}
+
+// decodeTypedTableDoc is decodeTypedTable of the decoded document.
+func decodeTypedTableDoc(doc any) (*typedTables, error) {
+	in := interner{} // the strings kept are copies: see interner
 	top, _ := doc.(map[string]any)
-	if !ok || top == nil {
+	if top == nil {
 		return nil, fmt.Errorf("typed_kinds.json: not a JSON object")
 	}
 	kinds, _ := top["kinds"].(map[string]any)
@@ -103,10 +111,11 @@ func decodeTypedTable(b []byte) (*typedTables, error) {
 		if !ok {
 			return nil, fmt.Errorf("typed_kinds.json: kind %s: not a type index", k)
 		}
-		t.kinds[k] = int(n)
+		t.kinds[in.s(k)] = int(n)
 	}
 	for i, g := range goTypes {
 		t.goTypes[i], _ = g.(string)
+		t.goTypes[i] = in.s(t.goTypes[i])
 	}
 	for i, rt := range types {
 		entry, _ := rt.([]any)
@@ -115,6 +124,7 @@ func decodeTypedTable(b []byte) (*typedTables, error) {
 		}
 		n := &t.nodes[i]
 		n.kind, _ = entry[0].(string)
+		n.kind = in.s(n.kind)
 		switch n.kind {
 		case "p", "l", "m":
 			if len(entry) > 1 {
@@ -131,6 +141,7 @@ func decodeTypedTable(b []byte) (*typedTables, error) {
 				var flags string
 				if len(parts) > 0 {
 					tf.name, _ = parts[0].(string)
+					tf.name = in.s(tf.name)
 				}
 				if len(parts) > 1 {
 					typ, _ := parts[1].(int64)
