@@ -8,7 +8,7 @@ TINYGO ?= $(TOOLS_DIR)/tinygo-$(TINYGO_VERSION)/bin/tinygo
 TOLLGATE_TOOLS_DIR := $(TOOLS_DIR)
 export TINYGO TINYGO_VERSION TOLLGATE_TOOLS_DIR
 
-.PHONY: e2e crds all build demo-modules bench-server bench-shadow bench-rounds bench-engines bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo-probe map-tinygo map-tinygo-engine
+.PHONY: e2e crds all build demo-modules bench-server bench-shadow bench-rounds bench-engines bench-operator bench-capabilities policies test test-modules bench check tools clean demo map-tinygo map-tinygo-engine
 
 # Go modules besides the root one (each policy and the SDK is its own module).
 SUBMODULES := sdk $(patsubst %/go.mod,%,$(wildcard examples/*/go.mod policies/*/go.mod test/testdata/policies/*/go.mod test/*/go.mod))
@@ -244,25 +244,19 @@ crds:
 	"$$cg" object paths=./crds/api/... && "$$cg" crd paths=./crds/api/... output:crd:artifacts:config=crds && \
 	rm -f charts/tollgate/crds/*.yaml && cp crds/*.yaml charts/tollgate/crds/
 
-# map-tinygo-probe tries to build and run the mutating-admission-policy module with TinyGo
-# (it cannot today: cel-go needs reflection TinyGo lacks; see RATIONALE.md). It fails while
-# that holds; the day it passes, the standard-Go build can be revisited.
-map-tinygo-probe: tools
-	./scripts/map-tinygo-probe.sh
-
 # map-tinygo checks the build-time dependency patches of scripts/tinygo-patches (issue 31): it
 # builds the TinyGo probes of policies/mutating-admission-policy/internal/tinygoprobe against the
 # patched modules and runs them on wazero; each must print ok with every patch and fail as
 # scripts/tinygo-patches/README.md says without the patch it needs. CPU-heavy: several TinyGo
-# builds of cel-go, one at a time (minutes each). The built-in is still the standard-Go module.
+# builds of cel-go, one at a time (minutes each).
 map-tinygo: tools
 	./scripts/build-map-tinygo.sh --check
 
 # map-tinygo-engine builds the MAP module on package jsonengine with TinyGo (issue 31) into
-# policies/mutating-admission-policy/tinygo/policy.wasm (about 20 minutes under load) and runs
-# test/mapdiff on it (every case passes, 2026-12-02). Not shipped yet: builtin://mutating-admission-policy
-# stays the standard-Go module (docs/mutating-admission-policy.md, "Building and TinyGo", says why)
-# unless MAP_BUILD=tinygo is set for make policies / make demo (scripts/build-policies.sh, opt-in).
+# policies/mutating-admission-policy/tinygo/policy.wasm, outside the build cache (about 4 minutes of
+# one core on a quiet machine), and runs test/mapdiff on it. `make policies` builds the same module
+# (cached) as builtin://mutating-admission-policy; MAP_BUILD=go builds the standard-Go module instead,
+# kept only as a reference for tests and benchmarks (docs/mutating-admission-policy.md, "Building").
 map-tinygo-engine: tools
 	./scripts/build-map-tinygo.sh -o policies/mutating-admission-policy/tinygo/policy.wasm \
 		policies/mutating-admission-policy/tinygo -- -target=./wasip1-map.json -buildmode=c-shared -scheduler=none -no-debug
