@@ -162,6 +162,15 @@ bench: policies
 	@set -e; for m in $(BENCH_MODULES); do echo "go test -bench . in $$m"; (cd $$m && $(GO) test -run '^$$' -bench . -benchtime 2s ./...); done
 	@$(MAKE) --no-print-directory bench-engines
 
+# bench-map-start measures issue 31's start-up targets (cmd/tollgate BenchmarkServeMAPColdStart, 3
+# cold starts): `tollgate serve` with 8 MutatingAdmissionPolicy policies and an empty compilation
+# cache, the first MAP patch from exec (target <= 5 s) and VmRSS after one request to each policy
+# (target <= 150 MiB), each start printed with met/MISSED and the load average. `make bench` runs
+# it once among the others. Numbers go to docs/benchmarks/fifty-policies.md by hand.
+.PHONY: bench-map-start
+bench-map-start: policies
+	$(GO) test -run '^$$' -bench '^BenchmarkServeMAPColdStart$$' -benchtime 3x -v ./cmd/tollgate
+
 # bench-engines runs the same modules on the same 5 KB Pod on plain wazero, tollgate (the guest call
 # and the whole evaluation), wasmtime with an instance reused and wasmtime with a fresh instance per
 # request (test/enginecmp, a module of its own: wasmtime-go needs cgo), then prints the p50s measured

@@ -30,7 +30,7 @@ var (
 // tollgateBinary builds this command once per test run (`go build`), for the tests that
 // need the real process: signals, exit, its memory. TOLLGATE_TEST_BIN names another build to
 // run them against instead, e.g. an older commit's, to show that a test fails there.
-func tollgateBinary(t *testing.T) string {
+func tollgateBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		if bin := os.Getenv("TOLLGATE_TEST_BIN"); bin != "" {
@@ -59,15 +59,23 @@ func tollgateBinary(t *testing.T) string {
 
 // serveProcess is `tollgate serve` running as a process of its own.
 type serveProcess struct {
-	t           *testing.T
+	t           testing.TB
 	cmd         *exec.Cmd
 	out         *lockedBuffer
 	port, probe int
 	pfile       string // its policies.yml
 	exited      chan struct{}
+	started     time.Time // its exec
 }
 
 func startServeProcess(t *testing.T, policies string, args ...string) *serveProcess {
+	t.Helper()
+	return startServeProcessOn(t, policies, []string{"--insecure-http"}, args...)
+}
+
+// startServeProcessOn is startServeProcess with the webhook's TLS flags (or --insecure-http) in
+// listen; started is the time of its exec.
+func startServeProcessOn(t testing.TB, policies string, listen []string, args ...string) *serveProcess {
 	t.Helper()
 	dir := t.TempDir()
 	pfile := filepath.Join(dir, "policies.yml")
@@ -75,9 +83,11 @@ func startServeProcess(t *testing.T, policies string, args ...string) *serveProc
 		t.Fatal(err)
 	}
 	p := &serveProcess{t: t, out: &lockedBuffer{}, port: freePort(t), probe: freePort(t), pfile: pfile, exited: make(chan struct{})}
-	p.cmd = exec.Command(tollgateBinary(t), append([]string{"serve", "--policies", pfile, "--insecure-http", "--addr=127.0.0.1",
-		"--port=" + strconv.Itoa(p.port), "--readiness-probe-port=" + strconv.Itoa(p.probe), "--cache-dir=" + dir + "/cache"}, args...)...)
+	base := append([]string{"serve", "--policies", pfile}, listen...)
+	p.cmd = exec.Command(tollgateBinary(t), append(append(base, "--addr=127.0.0.1",
+		"--port="+strconv.Itoa(p.port), "--readiness-probe-port="+strconv.Itoa(p.probe), "--cache-dir="+dir+"/cache"), args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -166,13 +176,17 @@ func (p *serveProcess) terminate(limit time.Duration) time.Duration {
 }
 
 // rssPeak is the process's peak resident memory (VmHWM), in bytes.
-func (p *serveProcess) rssPeak() int64 {
+func (p *serveProcess) rssPeak() int64 { return p.memory("VmHWM") }
+
+// memory is a memory field of the process's /proc status (VmRSS, VmHWM...) in bytes, -1 if it
+// cannot be read.
+func (p *serveProcess) memory(field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return -1
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}

@@ -211,7 +211,7 @@ func probeGet(probe int, path string) (int, string) {
 // has not returned before in this test binary: the kernel may hand the same
 // ephemeral port to two listeners opened and closed in a row, which made a
 // test's --port and --readiness-probe-port equal.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	freePorts.Lock()
 	defer freePorts.Unlock()
 	for {

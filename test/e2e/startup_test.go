@@ -21,8 +21,8 @@ import (
 // TestColdStartOnRealNode: a PolicyServer serving the MutatingAdmissionPolicy built-in (about 2
 // CPU-s to compile the TinyGo module on a cold cache; 20-30 s for the standard-Go one), the
 // Gatekeeper mutation built-in and a context-aware policy, in a new pod whose compilation cache
-// (an emptyDir) is empty, with `limits.cpu: 500m`, becomes Ready with no container
-// restart. Before the probes answered during the load, the kubelet's liveness probe
+// (an emptyDir) is empty, with `limits.cpu: 500m`, becomes Ready within coldStartCeiling with
+// no container restart. Before the probes answered during the load, the kubelet's liveness probe
 // killed this pod mid-compile on every start and it never became Ready (docs/e2e.md,
 // RATIONALE.md "Why do the probes answer before policies load?").
 func TestColdStartOnRealNode(t *testing.T) {
@@ -99,6 +99,9 @@ spec:
 	if restarts != 0 {
 		t.Errorf("the policy server restarted %d times during its cold start%s", restarts, podsState(ctx, op.cs, controllerNS, &metav1.LabelSelector{MatchLabels: pods[0].Labels}))
 	}
+	if ready > coldStartCeiling {
+		t.Errorf("the pod was Ready %v after the PolicyServer's apply, ceiling %v (%s)", ready.Round(100*time.Millisecond), coldStartCeiling, phases)
+	}
 	for _, p := range policies {
 		kind, name, _ := strings.Cut(p, "/")
 		op.waitStatus(t, ctx, kind, "", name, "active", 2*time.Minute)
@@ -125,6 +128,12 @@ spec:
 		return nil
 	})
 }
+
+// coldStartCeiling bounds TestColdStartOnRealNode's time to Ready. Issue 31's target is 10 s;
+// measured with the TinyGo built-in: 6.9-10.7 s at load 4.5-9.6 on the 2-core machine, the pod
+// getting less than its 500m when the machine is loaded (docs/benchmarks/real-node.md); the
+// standard-Go built-in took 53-60 s. The ceiling leaves room for a loaded machine.
+const coldStartCeiling = 30 * time.Second
 
 // TestScaleMixOnRealNode: a PolicyServer with the default resources (the PolicyServer's own
 // defaults: no requests or limits unless the operator sets them) serving loadgen scale's 50-policy
