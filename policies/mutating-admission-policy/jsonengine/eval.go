@@ -129,14 +129,14 @@ func (e *Engine) Evaluate(ctx context.Context, req *protocol.KubernetesAdmission
 	// decodeObject's maps are the evaluation's own: converted in place.
 	roundTripRequest := roundTripRequestObject
 	if slowPaths {
-		roundTripRequest = func(obj map[string]any, group, version, kind string) (map[string]any, error) {
+		roundTripRequest = func(obj map[string]any, _ []byte, group, version, kind string) (map[string]any, error) {
 			return roundTripObject(obj, group, version, kind, false)
 		}
 	}
-	if a.object, err = roundTripRequest(a.object, a.group, a.version, a.kind); err != nil {
+	if a.object, err = roundTripRequest(a.object, req.Object, a.group, a.version, a.kind); err != nil {
 		return nil, fmt.Errorf("request.object: %w", err)
 	}
-	if a.oldObject, err = roundTripRequest(a.oldObject, a.group, a.version, a.kind); err != nil {
+	if a.oldObject, err = roundTripRequest(a.oldObject, req.OldObject, a.group, a.version, a.kind); err != nil {
 		return nil, fmt.Errorf("request.oldObject: %w", err)
 	}
 	object, errs, se := e.dispatch(ctx, a, req)

@@ -74,7 +74,7 @@ func MeasureSteps(settings []byte, req *protocol.KubernetesAdmissionRequest, n i
 			if live, err = decodeObject(req.Object); err != nil {
 				return err
 			}
-			live, err = roundTripRequestObject(live, a.group, a.version, a.kind)
+			live, err = roundTripRequestObject(live, req.Object, a.group, a.version, a.kind)
 			return err
 		}},
 		{"match (rules, selectors, params)", func() error {

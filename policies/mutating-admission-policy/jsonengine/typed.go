@@ -40,9 +40,14 @@ type typeNode struct {
 	flat  []typeField
 	names map[string]bool
 	short string
-	// repeated: two of flat's fields have the same name (roundTripInPlace
+	// repeated: two of flat's fields have the same name (roundTripMembers
 	// converts such a struct by roundTrip).
 	repeated bool
+	// index: flat's index of each field name; absentKept (computed when
+	// the table is loaded, loadTyped): the fields whose zero value a round
+	// trip writes when they are absent (not omitted).
+	index      map[string]int
+	absentKept []int
 }
 
 type typeField struct {
@@ -69,6 +74,14 @@ func loadTyped() error {
 			return
 		}
 		typedTable.kinds, typedTable.nodes, typedTable.goTypes = t.kinds, t.nodes, t.goTypes
+		for i := range typedTable.nodes {
+			n := &typedTable.nodes[i]
+			for j, f := range n.flat {
+				if z := zero(f.typ); !omitted(f, z) {
+					n.absentKept = append(n.absentKept, j)
+				}
+			}
+		}
 	})
 	return typedTable.err
 }
@@ -193,121 +206,140 @@ func roundTripObject(obj map[string]any, group, version, kind string, strict boo
 	return m, nil
 }
 
+// omitted: a round trip leaves field f out with the value val.
+func omitted(f typeField, val any) bool {
+	return (f.omitempty && isEmpty(val, f.typ)) || (f.omitzero && isZero(val, f.typ))
+}
+
 // roundTripRequestObject is roundTripObject(obj, group, version, kind,
-// false) for an object the caller owns alone (decoded for the purpose): it
-// converts it in place (roundTripInPlace), keeping its maps and lists
-// instead of building new ones. obj must not be used if it fails.
-func roundTripRequestObject(obj map[string]any, group, version, kind string) (map[string]any, error) {
+// false) for an object the caller owns alone, decoded from raw for the
+// purpose: it converts it in place (roundTripMembers), keeping its maps and
+// lists instead of building new ones. Where that fails, raw is decoded
+// again and roundTripObject gives the error (roundTripMembers meets the
+// members in the maps' order, so its first error need not be roundTrip's).
+func roundTripRequestObject(obj map[string]any, raw []byte, group, version, kind string) (map[string]any, error) {
 	i, ok := typedKind(group, version, kind)
 	if !ok || obj == nil {
 		return obj, nil
 	}
-	var unknown []string
-	out, err := roundTripInPlace(obj, i, make(lazyPath, 0, 32), errContext{field: make(lazyPath, 0, 32)}, &unknown)
+	if out, ok := roundTripMembers(obj, i); ok {
+		m, _ := out.(map[string]any)
+		return m, nil
+	}
+	again, err := decodeObject(raw)
 	if err != nil {
 		return nil, err
 	}
-	m, _ := out.(map[string]any)
-	return m, nil
+	return roundTripObject(again, group, version, kind, false)
 }
 
-// roundTripInPlace is roundTrip on content nothing else holds, changed in
+// roundTripMembers is roundTrip on content nothing else holds, changed in
 // place: a struct's map keeps its members (converted), gains the zero values
 // roundTrip writes, loses the omitted members and the unknown fields; lists
-// and maps keep their elements, converted. The same result (a map with the
-// same members), the same errors, the same unknown fields (reported before
-// they are deleted). TestRoundTripInPlace compares it with roundTrip.
-func roundTripInPlace(v any, t int, path lazyPath, ec errContext, unknown *[]string) (any, error) {
+// and maps keep their elements, converted. It visits a struct's members
+// present in its map (then the absent fields a round trip writes,
+// absentKept) instead of looking every field of the struct up: a PodSpec has
+// about 40 fields, a Pod's about 12. ok=false on any error (the caller redoes it by
+// roundTrip); no unknown fields are reported (deleted, as roundTrip's
+// output has none). TestRoundTripMembers compares it with roundTrip.
+func roundTripMembers(v any, t int) (any, bool) {
 	n := &typedTable.nodes[t]
 	switch n.kind {
 	case "s":
 		in, ok := v.(map[string]any)
 		if !ok || in == nil || n.repeated {
-			return roundTrip(v, t, path, ec, unknown)
+			return roundTripNoErr(v, t)
 		}
-		fields, known, name := n.flat, n.names, n.short
-		for _, f := range fields {
-			fv, present := in[f.name]
+		var deleted []string
+		for k, fv := range in {
+			j, known := n.index[k]
+			if !known {
+				delete(in, k)
+				deleted = append(deleted, k)
+				continue
+			}
+			f := n.flat[j]
 			var val any
-			if present && fv != nil {
-				var err error
-				if val, err = roundTripInPlace(fv, f.typ, append(path, f.name), errContext{strct: name, field: append(ec.field, f.name)}, unknown); err != nil {
-					return nil, err
+			if fv != nil {
+				if val, ok = roundTripMembers(fv, f.typ); !ok {
+					return nil, false
 				}
 			} else {
 				val = zero(f.typ)
 			}
-			if (f.omitempty && isEmpty(val, f.typ)) || (f.omitzero && isZero(val, f.typ)) {
-				if present {
-					delete(in, f.name)
-				}
+			if omitted(f, val) {
+				delete(in, k)
+				deleted = append(deleted, k)
 				continue
 			}
-			if !present || !unchanged(fv, val) {
-				in[f.name] = val
+			if !unchanged(fv, val) {
+				in[k] = val
 			}
 		}
-		if len(in) > len(known) || !allKnown(in, known) {
-			var extra []string
-			for k := range in {
-				if !known[k] {
-					extra = append(extra, join(path.String(), k))
-					delete(in, k)
-				}
+		for _, j := range n.absentKept {
+			f := n.flat[j]
+			if _, present := in[f.name]; present || contains(deleted, f.name) {
+				continue
 			}
-			sort.Strings(extra)
-			*unknown = append(*unknown, extra...)
+			in[f.name] = zero(f.typ)
 		}
-		return in, nil
+		return in, true
 	case "p":
 		if v == nil {
-			return nil, nil
+			return nil, true
 		}
-		return roundTripInPlace(v, n.elem, path, ec, unknown)
+		return roundTripMembers(v, n.elem)
 	case "l":
 		in, ok := v.([]any)
 		if !ok || in == nil {
-			return roundTrip(v, t, path, ec, unknown)
+			return roundTripNoErr(v, t)
 		}
 		for i, e := range in {
 			if e == nil {
 				in[i] = zero(n.elem)
 				continue
 			}
-			val, err := roundTripInPlace(e, n.elem, path, ec, unknown)
-			if err != nil {
-				return nil, err
+			val, ok := roundTripMembers(e, n.elem)
+			if !ok {
+				return nil, false
 			}
 			if !unchanged(e, val) {
 				in[i] = val
 			}
 		}
-		return in, nil
+		return in, true
 	case "m":
 		in, ok := v.(map[string]any)
 		if !ok || in == nil {
-			return roundTrip(v, t, path, ec, unknown)
+			return roundTripNoErr(v, t)
 		}
 		for k, e := range in {
 			if e == nil {
 				in[k] = zero(n.elem)
 				continue
 			}
-			val, err := roundTripInPlace(e, n.elem, append(path, k), ec, unknown)
-			if err != nil {
-				return nil, err
+			val, ok := roundTripMembers(e, n.elem)
+			if !ok {
+				return nil, false
 			}
 			if !unchanged(e, val) {
 				in[k] = val
 			}
 		}
-		return in, nil
+		return in, true
 	}
-	return roundTrip(v, t, path, ec, unknown)
+	return roundTripNoErr(v, t)
+}
+
+// roundTripNoErr is roundTrip of v without its error's context.
+func roundTripNoErr(v any, t int) (any, bool) {
+	var unknown []string
+	out, err := roundTrip(v, t, nil, errContext{}, &unknown)
+	return out, err == nil
 }
 
 // unchanged: val is old itself (the same map or list, or an equal string,
-// bool or number of the same type), so that roundTripInPlace need not store
+// bool or number of the same type), so that roundTripMembers need not store
 // it again.
 func unchanged(old, val any) bool {
 	switch x := val.(type) {
@@ -413,8 +445,10 @@ func finishTypedTable(t *typedTables) {
 		}
 		n.flat = flatten(i)
 		n.names = make(map[string]bool, len(n.flat))
-		for _, f := range n.flat {
+		n.index = make(map[string]int, len(n.flat))
+		for j, f := range n.flat {
 			n.names[f.name] = true
+			n.index[f.name] = j
 		}
 		n.short = t.goTypes[i][strings.LastIndex(t.goTypes[i], ".")+1:]
 		n.repeated = len(n.names) != len(n.flat)
