@@ -559,7 +559,7 @@ func TestRoundTripMembers(t *testing.T) {
 			want = strings.Replace(want, "\ntrue", "\nfalse", 1)
 			if want != got {
 				b, _ := json.Marshal(obj)
-				t.Fatalf("%s: %.1500s\nroundTrip:        %.1500s\nroundTripInPlace: %.1500s", o.name, b, want, got)
+				t.Fatalf("%s: %.1500s\nroundTrip:        %.1500s\nroundTripMembers: %.1500s", o.name, b, want, got)
 			}
 			switch {
 			case want == "error":
