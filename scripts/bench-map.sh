@@ -5,9 +5,10 @@
 # load average and the time with every figure (docs/benchmarks/mutating-admission-policy.md).
 #
 # Usage: scripts/bench-map.sh [MODULE]
-#   MODULE  the module to measure (default: the TinyGo build of policies/mutating-admission-policy/tinygo
-#           at policies/mutating-admission-policy/tinygo/policy.wasm, built first with
-#           scripts/build-map-tinygo.sh, as `make map-tinygo-engine` builds it, when missing)
+#   MODULE  the module to measure (default: builtin://mutating-admission-policy as `make policies`
+#           builds it, policies/mutating-admission-policy/policy.wasm, the TinyGo build since the
+#           switch; brought up to date first by scripts/build-policies.sh, from its cache when the
+#           sources did not change, else a TinyGo build of about 230 CPU-s)
 # Environment:
 #   ROUNDS  rounds of each measurement, interleaved (default 3)
 #   COUNT   evaluations per `tollgate bench` round (default 1000)
@@ -20,17 +21,17 @@ GO="${GO:-go}"
 ROUNDS="${ROUNDS:-3}"
 COUNT="${COUNT:-1000}"
 T=policies/mutating-admission-policy/testdata
-MODULE="${1:-policies/mutating-admission-policy/tinygo/policy.wasm}"
-MODULE="$(cd "$(dirname "$MODULE")" && pwd)/$(basename "$MODULE")"
+MODULE="${1:-}"
 
 log() { printf '%s %s | load %s\n' "$(date -u +%H:%M:%S)" "$*" "$(cut -d' ' -f1-3 /proc/loadavg)"; }
 
-if [[ ! -f "$MODULE" ]]; then
-	[[ "$MODULE" == "$ROOT/policies/mutating-admission-policy/tinygo/policy.wasm" ]] || { echo "bench-map: no module $MODULE" >&2; exit 1; }
-	log "building the TinyGo module (about 230 CPU-s)"
-	./scripts/build-map-tinygo.sh -o "$MODULE" policies/mutating-admission-policy/tinygo -- \
-		-target=./wasip1-map.json -buildmode=c-shared -scheduler=none -no-debug
+if [[ -z "$MODULE" ]]; then
+	log "bringing the built-in up to date (scripts/build-policies.sh policies/mutating-admission-policy)"
+	./scripts/build-policies.sh --no-wasm-opt policies/mutating-admission-policy
+	MODULE=policies/mutating-admission-policy/policy.wasm
 fi
+[[ -f "$MODULE" ]] || { echo "bench-map: no module $MODULE" >&2; exit 1; }
+MODULE="$(cd "$(dirname "$MODULE")" && pwd)/$(basename "$MODULE")"
 log "module $MODULE ($(stat -c %s "$MODULE") bytes)"
 mkdir -p bin
 CGO_ENABLED=0 "$GO" build -trimpath -o bin/tollgate ./cmd/tollgate
