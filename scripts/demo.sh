@@ -23,6 +23,17 @@ for f in examples/raw-validation/testdata/*request*.json; do
 	show "raw-validation (raw policy, TinyGo wasi-legacy): $(basename "$f")" \
 		"$TG" run examples/raw-validation/policy.wasm --raw -r "$f" -s examples/raw-validation/testdata/settings.json
 done
+# The MutatingAdmissionPolicy built-in (the TinyGo CEL engine embedded in the binary): a Kubernetes
+# MutatingAdmissionPolicy object, as `kubectl apply` would take it, adds a label with an apply
+# configuration; the patch is printed decoded too.
+M=policies/mutating-admission-policy/testdata
+printf '\n\033[1m%s\033[0m\n$ %s\n' "mutating-admission-policy (built-in, TinyGo CEL engine): a Kubernetes MutatingAdmissionPolicy labels a Pod" \
+	"$TG run builtin://mutating-admission-policy -r $M/pod.json -s $M/label-settings.yml"
+if out=$("$TG" run builtin://mutating-admission-policy -r "$M/pod.json" -s "$M/label-settings.yml"); then
+	printf '%s\n' "$out"
+	patch=$(sed -n 's/.*"patch":"\([^"]*\)".*/\1/p' <<<"$out")
+	[[ -n $patch ]] && printf 'patch, decoded: %s\n' "$(base64 -d <<<"$patch")"
+fi
 show "go-image-registries (standard Go guest of sdk/): images from registries that are not allowed are rejected" \
 	"$TG" run examples/go-image-registries/policy.wasm -r examples/go-image-registries/testdata/pod-denied.json -s examples/go-image-registries/testdata/settings.json
 show "Latency of the validating example (tollgate bench)" \
