@@ -26,6 +26,24 @@ type Step struct {
 	Mean, Min time.Duration
 }
 
+// TimeStep runs fn n times (n >= 1) and returns the mean and the fastest
+// run; the first error stops it, named by the step.
+func TimeStep(name string, n int, fn func() error) (Step, error) {
+	var total, min time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if err := fn(); err != nil {
+			return Step{}, fmt.Errorf("%s: %w", name, err)
+		}
+		d := time.Since(start)
+		total += d
+		if i == 0 || d < min {
+			min = d
+		}
+	}
+	return Step{Name: name, Mean: total / time.Duration(n), Min: min}, nil
+}
+
 // MeasureSteps times each step of the evaluation of req (its first
 // mutation, an apply configuration) n times, and the whole Evaluate.
 func MeasureSteps(settings []byte, req *protocol.KubernetesAdmissionRequest, n int) ([]Step, error) {
@@ -39,20 +57,11 @@ func MeasureSteps(settings []byte, req *protocol.KubernetesAdmissionRequest, n i
 	ctx := context.Background()
 	var steps []Step
 	measure := func(name string, fn func() error) error {
-		var total, min time.Duration
-		for i := 0; i < n; i++ {
-			start := time.Now()
-			if err := fn(); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			d := time.Since(start)
-			total += d
-			if i == 0 || d < min {
-				min = d
-			}
+		s, err := TimeStep(name, n, fn)
+		if err == nil {
+			steps = append(steps, s)
 		}
-		steps = append(steps, Step{Name: name, Mean: total / time.Duration(n), Min: min})
-		return nil
+		return err
 	}
 	a := &attrs{
 		group: req.Kind.Group, version: req.Kind.Version, kind: req.Kind.Kind,

@@ -295,15 +295,11 @@ func roundTripMembers(v any, t int) (any, bool) {
 			return roundTripNoErr(v, t)
 		}
 		for i, e := range in {
-			if e == nil {
-				in[i] = zero(n.elem)
-				continue
-			}
-			val, ok := roundTripMembers(e, n.elem)
+			val, changed, ok := roundTripElem(e, n.elem)
 			if !ok {
 				return nil, false
 			}
-			if !unchanged(e, val) {
+			if changed {
 				in[i] = val
 			}
 		}
@@ -314,21 +310,30 @@ func roundTripMembers(v any, t int) (any, bool) {
 			return roundTripNoErr(v, t)
 		}
 		for k, e := range in {
-			if e == nil {
-				in[k] = zero(n.elem)
-				continue
-			}
-			val, ok := roundTripMembers(e, n.elem)
+			val, changed, ok := roundTripElem(e, n.elem)
 			if !ok {
 				return nil, false
 			}
-			if !unchanged(e, val) {
+			if changed {
 				in[k] = val
 			}
 		}
 		return in, true
 	}
 	return roundTripNoErr(v, t)
+}
+
+// roundTripElem is roundTripMembers on an element of a list or a map of type
+// t: a null element becomes t's zero value; changed is false when the element
+// can stay as it is (the container is written only where it changes).
+func roundTripElem(e any, t int) (val any, changed, ok bool) {
+	if e == nil {
+		return zero(t), true, true
+	}
+	if val, ok = roundTripMembers(e, t); !ok {
+		return nil, false, false
+	}
+	return val, !unchanged(e, val), true
 }
 
 // roundTripNoErr is roundTrip of v without its error's context.

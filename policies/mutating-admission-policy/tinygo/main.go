@@ -1,6 +1,6 @@
 // Command tinygo is the MutatingAdmissionPolicy module built on package
-// jsonengine (issue 31): the waPC guest of builtin://mutating-admission-policy
-// with the same settings and answers, built with TinyGo through
+// jsonengine (issue 31): the waPC guest shipped as
+// builtin://mutating-admission-policy, built with TinyGo through
 // scripts/build-map-tinygo.sh (the dependencies patched at build time):
 //
 //	scripts/build-map-tinygo.sh -o map-tinygo.wasm policies/mutating-admission-policy/tinygo -- \
@@ -12,11 +12,10 @@
 // trapped with "out of bounds memory access" in validate_settings).
 //
 // It also builds with standard Go (GOOS=wasip1 GOARCH=wasm go build
-// -buildmode=c-shared), which answers alike. test/mapdiff passes unchanged on
-// it (TOLLGATE_MAP_MODULE=... go test ./test/mapdiff), and so does
-// test/e2e's TestMAPFromCluster with it embedded as the built-in; it is not
-// shipped yet: docs/benchmarks/mutating-admission-policy.md, "Switching the
-// built-in", says what is left to decide.
+// -buildmode=c-shared), which answers alike. test/mapdiff checks it against
+// Kubernetes' plugin (`make map-tinygo-engine` builds it outside the build
+// cache and runs test/mapdiff on it); the standard-Go module on package engine
+// (the directory above) is kept only as a reference, not shipped.
 package main
 
 import (

@@ -49,24 +49,12 @@ func steps() error {
 	}
 	payload, _ := json.Marshal(protocol.ValidationRequest{Request: review.Request, Settings: settings})
 	const n = 300
-	report := func(name string, total, min time.Duration) {
-		fmt.Printf("%-72s mean %9.1f us  min %9.1f us\n", name, float64(total.Nanoseconds())/n/1e3, float64(min.Nanoseconds())/1e3)
-	}
 	time1 := func(name string, fn func() error) error {
-		var total, min time.Duration
-		for i := 0; i < n; i++ {
-			start := time.Now()
-			if err := fn(); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			d := time.Since(start)
-			total += d
-			if i == 0 || d < min {
-				min = d
-			}
+		s, err := jsonengine.TimeStep(name, n, fn)
+		if err == nil {
+			printStep(s)
 		}
-		report(name, total, min)
-		return nil
+		return err
 	}
 	start := time.Now()
 	if _, err := validateSettings(settings); err != nil {
@@ -108,7 +96,11 @@ func steps() error {
 	}
 	steps, err := jsonengine.MeasureSteps(settings, &req, n)
 	for _, s := range steps {
-		fmt.Printf("%-72s mean %9.1f us  min %9.1f us\n", s.Name, float64(s.Mean.Nanoseconds())/1e3, float64(s.Min.Nanoseconds())/1e3)
+		printStep(s)
 	}
 	return err
+}
+
+func printStep(s jsonengine.Step) {
+	fmt.Printf("%-72s mean %9.1f us  min %9.1f us\n", s.Name, float64(s.Mean.Nanoseconds())/1e3, float64(s.Min.Nanoseconds())/1e3)
 }
